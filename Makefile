@@ -1,0 +1,38 @@
+# Two entry points (see README): `make run` serves the API, `make test` runs the whole suite.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+PORT ?= 8000
+HOST ?= 127.0.0.1
+
+.PHONY: run test install install-dev bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+run: install
+	$(BIN)/partitura db upgrade
+	$(BIN)/partitura serve --host $(HOST) --port $(PORT)
+
+test: install-dev
+	$(BIN)/python -m pytest
+
+bench: install
+	$(BIN)/python bench/accuracy.py
+	$(BIN)/python bench/search.py
+	$(BIN)/python bench/plan_quality.py
+
+clean:
+	rm -rf $(VENV)

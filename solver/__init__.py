@@ -1,0 +1,1 @@
+"""Partitura's planning library: cost model and optimizer (standard library, numpy, ortools only)."""

@@ -1,0 +1,116 @@
+"""What the hardware is: a GPU type and a cluster of nodes of it.
+
+Calibration constants (achievable GEMM fraction, HBM and collective efficiency) are fields here,
+filled from the catalog where each value carries its source; the solver itself holds none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from solver.errors import SpecError
+from solver.execution import Precision
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One accelerator type.
+
+    ``peak_flops_per_s`` holds dense tensor-core peaks per precision (no sparsity);
+    ``gemm_efficiency`` the fraction of that peak a large, well-shaped GEMM reaches (measured);
+    ``gemm_saturation_dim`` the GEMM dimension at which a skinny GEMM reaches half of its
+    large-shape efficiency along that dimension (see ``solver.compute``);
+    ``hbm_efficiency`` the fraction of HBM bandwidth that streaming element-wise kernels reach.
+    """
+
+    name: str
+    peak_flops_per_s: dict[Precision, float]
+    memory_bytes: int
+    hbm_bytes_per_s: float
+    gemm_efficiency: dict[Precision, float]
+    gemm_saturation_dim: float = 64.0
+    hbm_efficiency: float = 0.8
+    kernel_launch_s: float = 5e-6
+
+    def __post_init__(self) -> None:
+        peaks = {Precision(k): float(v) for k, v in self.peak_flops_per_s.items()}
+        effs = {Precision(k): float(v) for k, v in self.gemm_efficiency.items()}
+        object.__setattr__(self, "peak_flops_per_s", peaks)
+        object.__setattr__(self, "gemm_efficiency", effs)
+        if not peaks:
+            raise SpecError("gpu.peak_flops_per_s", "at least one precision is needed")
+        for precision, value in peaks.items():
+            if value <= 0:
+                raise SpecError(f"gpu.peak_flops_per_s.{precision.value}", "must be positive")
+        for precision, value in effs.items():
+            if not 0 < value <= 1:
+                raise SpecError(f"gpu.gemm_efficiency.{precision.value}", "must be in (0, 1]")
+        if self.memory_bytes <= 0:
+            raise SpecError("gpu.memory_bytes", "must be positive")
+        if self.hbm_bytes_per_s <= 0:
+            raise SpecError("gpu.hbm_bytes_per_s", "must be positive")
+        if not 0 < self.hbm_efficiency <= 1:
+            raise SpecError("gpu.hbm_efficiency", "must be in (0, 1]")
+
+    def supports(self, precision: Precision) -> bool:
+        return precision in self.peak_flops_per_s
+
+    def peak(self, precision: Precision) -> float:
+        try:
+            return self.peak_flops_per_s[precision]
+        except KeyError:
+            raise SpecError(
+                "training.precision", f"{self.name} has no {precision.value} tensor-core peak"
+            ) from None
+
+    def efficiency(self, precision: Precision) -> float:
+        """Large-GEMM efficiency; a precision without its own measurement uses bf16's."""
+        if precision in self.gemm_efficiency:
+            return self.gemm_efficiency[precision]
+        for fallback in (Precision.BF16, Precision.FP16):
+            if fallback in self.gemm_efficiency:
+                return self.gemm_efficiency[fallback]
+        return next(iter(self.gemm_efficiency.values()))
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A homogeneous cluster: ``num_nodes`` nodes of ``gpus_per_node`` GPUs.
+
+    Link bandwidths are per GPU, one direction, in bytes/s (the catalog stores decimal GB/s).
+    ``*_bus_efficiency`` is the fraction of link bandwidth a NCCL ring collective reaches.
+    """
+
+    name: str
+    gpu: GpuSpec
+    gpus_per_node: int
+    num_nodes: int
+    intra_node_bytes_per_s: float
+    inter_node_bytes_per_s: float
+    intra_node_latency_s: float = 5e-6
+    inter_node_latency_s: float = 10e-6
+    intra_node_bus_efficiency: float = 0.8
+    inter_node_bus_efficiency: float = 0.8
+    gpu_hour_price_usd: float | None = None
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        for name in ("gpus_per_node", "num_nodes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SpecError(f"cluster.{name}", f"must be a positive integer, got {value!r}")
+        for name in ("intra_node_bytes_per_s", "inter_node_bytes_per_s"):
+            if getattr(self, name) <= 0:
+                raise SpecError(f"cluster.{name}", "must be positive")
+        for name in ("intra_node_latency_s", "inter_node_latency_s"):
+            if getattr(self, name) < 0:
+                raise SpecError(f"cluster.{name}", "must not be negative")
+        for name in ("intra_node_bus_efficiency", "inter_node_bus_efficiency"):
+            if not 0 < getattr(self, name) <= 1:
+                raise SpecError(f"cluster.{name}", "must be in (0, 1]")
+        if self.gpu_hour_price_usd is not None and self.gpu_hour_price_usd < 0:
+            raise SpecError("cluster.gpu_hour_price_usd", "must not be negative")
+
+    @property
+    def num_gpus(self) -> int:
+        return self.gpus_per_node * self.num_nodes
