@@ -1,0 +1,95 @@
+"""The per-layer profile: the one currency between the cost model and the optimizer.
+
+As in PipeDream's optimizer (Narayanan et al. 2019), a model is a chain of layers, each with a
+forward and backward time, the activation bytes it keeps for backward, its parameters and the
+bytes it sends to the next layer. The analytic model (``solver.analytic``) produces a profile;
+a measured one (``solver.profile_io``) can replace it. Every number is for ONE micro-batch on
+ONE GPU of a tensor-parallel group of ``tp_size``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+from solver.execution import Precision
+
+
+class LayerKind(str, Enum):
+    EMBEDDING = "embedding"  # token (+ position) embedding, runs on the first stage
+    TRANSFORMER = "transformer"  # one attention + MLP block
+    HEAD = "head"  # final norm, output projection (logits) and loss, runs on the last stage
+
+
+class Origin(str, Enum):
+    ANALYTIC = "analytic"  # from the formulas in solver.analytic
+    MEASURED = "measured"  # taken from a measured profile as is
+    DERIVED = "derived"  # measured at another tp_size / micro-batch, scaled by analytic ratios
+
+
+@dataclass(frozen=True)
+class LayerProfile:
+    """Costs of one layer for one micro-batch on one GPU.
+
+    Times in seconds exclude tensor-parallel communication, which is ``tp_comm_s`` (forward and
+    backward together). ``selective_recompute_s`` is the extra forward work of the attention
+    core when it is recomputed (Korthikanti et al. 2022); a full recompute costs ``forward_s``
+    again. Activation bytes are what the layer keeps for its backward pass under each recompute
+    choice: none, selective, full (full keeps only the layer's input checkpoint).
+    """
+
+    name: str
+    kind: LayerKind
+    forward_s: float
+    backward_s: float
+    parameter_count: int  # parameters held by this GPU (already divided by tp_size)
+    activation_bytes: int
+    selective_activation_bytes: int
+    checkpoint_bytes: int
+    output_bytes: int  # sent to the next layer (the pipeline p2p message if a stage ends here)
+    selective_recompute_s: float = 0.0
+    tp_comm_s: float = 0.0
+    model_flops: float = 0.0  # useful FLOPs of forward + backward (for MFU), this GPU
+    origin: Origin = Origin.ANALYTIC
+
+    def time_s(self, full_recompute: bool, selective: bool) -> float:
+        """Forward + backward (+ recompute) time of this layer, TP communication included."""
+        extra = self.forward_s if full_recompute else (self.selective_recompute_s if selective else 0.0)
+        return self.forward_s + self.backward_s + extra + self.tp_comm_s
+
+    def kept_bytes(self, full_recompute: bool, selective: bool) -> int:
+        if full_recompute:
+            return self.checkpoint_bytes
+        return self.selective_activation_bytes if selective else self.activation_bytes
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """A chain of layer profiles: embedding, transformer layers, head (in that order)."""
+
+    model_name: str
+    tp_size: int
+    micro_batch_size: int
+    seq_length: int
+    precision: Precision
+    layers: tuple[LayerProfile, ...]
+    device: str = ""
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def transformer_layers(self) -> tuple[LayerProfile, ...]:
+        return tuple(layer for layer in self.layers if layer.kind is LayerKind.TRANSFORMER)
+
+    @property
+    def embedding(self) -> LayerProfile | None:
+        return next((layer for layer in self.layers if layer.kind is LayerKind.EMBEDDING), None)
+
+    @property
+    def head(self) -> LayerProfile | None:
+        return next((layer for layer in self.layers if layer.kind is LayerKind.HEAD), None)
+
+    def origins(self) -> dict[str, str]:
+        return {layer.name: layer.origin.value for layer in self.layers}
+
+    def with_layers(self, layers: tuple[LayerProfile, ...]) -> "ModelProfile":
+        return replace(self, layers=layers)

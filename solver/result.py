@@ -1,0 +1,134 @@
+"""What an evaluation returns: prediction, memory per stage, feasibility, as plain dataclasses.
+
+``to_dict`` gives the JSON form the service and CLI print (GiB and seconds at this edge).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GIB_BYTES = 2**30
+
+# Keys of the step-time breakdown, in the order they are reported.
+BREAKDOWN_KEYS = (
+    "compute_s",  # forward + backward of all micro-batches on the slowest stage (no comm)
+    "recompute_s",  # extra forward work from activation recomputation
+    "tp_comm_s",  # tensor / sequence parallel collectives
+    "pp_comm_s",  # pipeline point-to-point sends on the critical path
+    "dp_comm_exposed_s",  # data-parallel gradient sync and ZeRO gathers not hidden by compute
+    "bubble_s",  # pipeline fill and drain
+    "optimizer_s",  # optimizer step over the local shard
+)
+
+MEMORY_KEYS = (
+    "weights",
+    "gradients",
+    "optimizer_states",
+    "activations",
+    "embedding_and_logits",
+    "zero3_gather_buffers",
+    "reserve",
+)
+
+
+@dataclass(frozen=True)
+class StageReport:
+    """One pipeline stage (one GPU of it; all chunks of that GPU when interleaved)."""
+
+    stage: int
+    layers: tuple[int, ...]  # transformer layer indices on this GPU, in order
+    full_recompute_layers: tuple[int, ...]
+    has_embedding: bool
+    has_head: bool
+    time_per_micro_batch_s: float  # forward + backward (+ recompute) + TP comm, all chunks
+    in_flight_micro_batches: float
+    memory_bytes: dict[str, float]
+    parameter_count: int
+
+    @property
+    def peak_bytes(self) -> float:
+        return sum(self.memory_bytes.values())
+
+    def to_dict(self) -> dict:
+        return {
+            "stage": self.stage,
+            "num_layers": len(self.layers),
+            "layers": list(self.layers),
+            "full_recompute_layers": list(self.full_recompute_layers),
+            "has_embedding": self.has_embedding,
+            "has_head": self.has_head,
+            "time_per_micro_batch_s": self.time_per_micro_batch_s,
+            "in_flight_micro_batches": self.in_flight_micro_batches,
+            "parameter_count": self.parameter_count,
+            "peak_gib": self.peak_bytes / GIB_BYTES,
+            "breakdown_gib": {k: self.memory_bytes.get(k, 0.0) / GIB_BYTES for k in MEMORY_KEYS},
+        }
+
+
+@dataclass(frozen=True)
+class Prediction:
+    step_time_s: float
+    tokens_per_s: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    time_to_train_s: float | None
+    breakdown_s: dict[str, float]
+    samples_per_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "samples_per_s": self.samples_per_s,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "time_to_train_s": self.time_to_train_s,
+            "breakdown_s": {k: self.breakdown_s.get(k, 0.0) for k in BREAKDOWN_KEYS},
+        }
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The evaluator's verdict on one configuration."""
+
+    feasible: bool
+    violations: tuple[str, ...]
+    prediction: Prediction | None  # None only when the configuration is not even legal
+    stages: tuple[StageReport, ...]
+    capacity_bytes: float
+    peak_stage: int
+    num_micro_batches: int
+    profile_origins: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def peak_bytes(self) -> float:
+        return max((s.peak_bytes for s in self.stages), default=0.0)
+
+    def memory_to_dict(self) -> dict:
+        peak = self.stages[self.peak_stage] if self.stages else None
+        return {
+            "peak_gib": self.peak_bytes / GIB_BYTES,
+            "capacity_gib": self.capacity_bytes / GIB_BYTES,
+            "peak_stage": self.peak_stage,
+            "breakdown_gib": (
+                {k: peak.memory_bytes.get(k, 0.0) / GIB_BYTES for k in MEMORY_KEYS} if peak else {}
+            ),
+            "per_stage": [
+                {"stage": s.stage, "peak_gib": s.peak_bytes / GIB_BYTES} for s in self.stages
+            ],
+        }
+
+    def to_dict(self) -> dict:
+        return {
+            "feasible": self.feasible,
+            "violations": list(self.violations),
+            "prediction": self.prediction.to_dict() if self.prediction else None,
+            "memory": self.memory_to_dict(),
+            "stages": [s.to_dict() for s in self.stages],
+            "num_micro_batches": self.num_micro_batches,
+            "profile_origins": dict(self.profile_origins),
+        }

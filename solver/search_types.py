@@ -1,0 +1,249 @@
+"""The optimizer's request and result types (the search itself is ``solver.search``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from solver.errors import SpecError
+from solver.execution import Framework, ParallelConfig, Recompute, TrainingSpec, ZeroStage
+from solver.hardware import ClusterSpec
+from solver.model import ModelSpec
+from solver.profile import ModelProfile
+from solver.result import Evaluation
+
+
+class Objective(str, Enum):
+    MAX_THROUGHPUT = "max_throughput"
+    MIN_TIME_TO_TRAIN = "min_time_to_train"  # needs training.train_tokens
+    MIN_COST = "min_cost"  # needs a GPU-hour price (cluster or request)
+    MIN_GPUS = "min_gpus"  # fewest GPUs meeting deadline_s (needs train_tokens)
+
+
+# Dimensions a request may pin or bound, with the type of their values.
+DIMENSIONS: dict[str, type] = {
+    "dp_size": int,
+    "tp_size": int,
+    "pp_size": int,
+    "zero_stage": int,
+    "micro_batch_size": int,
+    "recompute": str,
+    "virtual_stages": int,
+    "sequence_parallel": bool,
+    "num_gpus": int,
+}
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """Values one dimension may take: a set of values, or an inclusive [min, max] range."""
+
+    values: frozenset | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def admits(self, value: Any) -> bool:
+        if self.values is not None and value not in self.values:
+            return False
+        if self.minimum is not None and value < self.minimum:
+            return False
+        if self.maximum is not None and value > self.maximum:
+            return False
+        return True
+
+    @staticmethod
+    def parse(dimension: str, raw: Any) -> "Allowed":
+        """From the API form: a value, a list of values, or {"min": a, "max": b}."""
+        kind = DIMENSIONS[dimension]
+        field_name = f"constraints.{dimension}"
+
+        def check(value: Any) -> Any:
+            if kind is bool:
+                if not isinstance(value, bool):
+                    raise SpecError(field_name, f"expected true or false, got {value!r}")
+                return value
+            if kind is int:
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise SpecError(field_name, f"expected an integer, got {value!r}")
+                if dimension == "zero_stage":
+                    if value not in (0, 1, 2, 3):
+                        raise SpecError(field_name, f"ZeRO stage must be 0-3, got {value}")
+                elif value < 1:
+                    raise SpecError(field_name, f"must be at least 1, got {value}")
+                return value
+            try:
+                return Recompute(value).value
+            except ValueError:
+                raise SpecError(field_name, f"expected one of none, selective, full, got {value!r}") from None
+
+        if isinstance(raw, dict):
+            unknown = set(raw) - {"min", "max"}
+            if unknown or not raw:
+                raise SpecError(field_name, "a range needs 'min' and/or 'max' only")
+            if kind is not int:
+                raise SpecError(field_name, "a range only applies to integer dimensions")
+            lo = check(raw["min"]) if "min" in raw else None
+            hi = check(raw["max"]) if "max" in raw else None
+            if lo is not None and hi is not None and lo > hi:
+                raise SpecError(field_name, f"min {lo} is above max {hi}")
+            return Allowed(minimum=lo, maximum=hi)
+        if isinstance(raw, list):
+            if not raw:
+                raise SpecError(field_name, "the list of allowed values is empty")
+            return Allowed(values=frozenset(check(v) for v in raw))
+        return Allowed(values=frozenset([check(raw)]))
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """Pins and bounds on the search. ``max_memory_fraction`` caps usable GPU memory."""
+
+    allowed: dict[str, Allowed] = field(default_factory=dict)
+    max_memory_fraction: float = 1.0
+    allow_tp_across_nodes: bool = False
+    framework: Framework = Framework.ANY
+
+    def admits(self, dimension: str, value: Any) -> bool:
+        rule = self.allowed.get(dimension)
+        return rule is None or rule.admits(value)
+
+    @staticmethod
+    def parse(raw: dict[str, Any] | None) -> "Constraints":
+        raw = dict(raw or {})
+        fraction = raw.pop("max_memory_fraction", 1.0)
+        if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1:
+            raise SpecError("constraints.max_memory_fraction", "must be a number in (0, 1]")
+        across = raw.pop("allow_tp_across_nodes", False)
+        if not isinstance(across, bool):
+            raise SpecError("constraints.allow_tp_across_nodes", "must be true or false")
+        framework = raw.pop("framework", Framework.ANY.value)
+        try:
+            framework = Framework(framework)
+        except ValueError:
+            choices = ", ".join(f.value for f in Framework)
+            raise SpecError("constraints.framework", f"expected one of {choices}, got {framework!r}") from None
+        allowed = {}
+        for dimension, value in raw.items():
+            if dimension not in DIMENSIONS:
+                known = ", ".join(sorted(DIMENSIONS) + ["allow_tp_across_nodes", "framework", "max_memory_fraction"])
+                raise SpecError(f"constraints.{dimension}", f"unknown dimension; known: {known}")
+            allowed[dimension] = Allowed.parse(dimension, value)
+        return Constraints(allowed, float(fraction), across, framework)
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    num_gpus: int | None = None  # None: every GPU of the cluster (or the num_gpus constraint)
+    objective: Objective = Objective.MAX_THROUGHPUT
+    constraints: Constraints = field(default_factory=Constraints)
+    top_k: int = 5
+    deadline_s: float | None = None  # for MIN_GPUS: the time-to-train the plan must meet
+    gpu_hour_price_usd: float | None = None  # for MIN_COST; overrides the cluster's price
+    time_budget_s: float = 30.0  # safety net; the search is deterministic within it
+    profile: ModelProfile | None = None  # a measured profile to plan from
+
+
+@dataclass(frozen=True)
+class Candidate:
+    rank: int
+    parallel: ParallelConfig
+    evaluation: Evaluation
+    objective_value: float  # lower is better, in the objective's unit (s, USD, GPUs, s/token)
+    why: str  # why it ranks where it does against the next candidate
+
+    def to_dict(self) -> dict:
+        out = self.evaluation.to_dict()
+        return {
+            "rank": self.rank,
+            "parallel": parallel_to_dict(self.parallel),
+            "objective_value": self.objective_value,
+            "why": self.why,
+            **{k: out[k] for k in ("feasible", "violations", "prediction", "memory", "stages")},
+        }
+
+
+@dataclass
+class SearchStats:
+    configurations_enumerated: int = 0
+    configurations_pruned: int = 0
+    configurations_illegal: int = 0
+    configurations_evaluated: int = 0
+    cpsat_calls: int = 0
+    cpsat_status: dict[str, int] = field(default_factory=dict)
+    wall_time_s: float = 0.0
+    proven_optimal: bool = False
+    timed_out: bool = False
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    candidates: tuple[Candidate, ...]
+    stats: SearchStats
+    explanation: dict | None  # None when a plan was found; else why not and what would fit
+
+    @property
+    def status(self) -> str:
+        return "succeeded" if self.candidates else "infeasible"
+
+    @property
+    def best(self) -> Candidate | None:
+        return self.candidates[0] if self.candidates else None
+
+    def to_dict(self) -> dict:
+        return {
+            "status": self.status,
+            "best": self.best.to_dict() if self.best else None,
+            "candidates": [c.to_dict() for c in self.candidates],
+            "search": self.stats.to_dict(),
+            "explanation": self.explanation,
+        }
+
+
+def parallel_to_dict(parallel: ParallelConfig) -> dict:
+    return {
+        "dp_size": parallel.dp_size,
+        "tp_size": parallel.tp_size,
+        "pp_size": parallel.pp_size,
+        "zero_stage": int(parallel.zero_stage),
+        "micro_batch_size": parallel.micro_batch_size,
+        "recompute": parallel.recompute.value,
+        "virtual_stages": parallel.virtual_stages,
+        "sequence_parallel": parallel.sequence_parallel,
+        "stage_layers": list(parallel.stage_layers) if parallel.stage_layers else None,
+        "full_recompute_layers": (
+            list(parallel.full_recompute_layers) if parallel.full_recompute_layers else None
+        ),
+    }
+
+
+def parallel_from_dict(raw: dict[str, Any]) -> ParallelConfig:
+    """The API's ``parallel`` object; unknown keys are an error naming the key."""
+    known = set(parallel_to_dict(ParallelConfig()).keys())
+    unknown = set(raw) - known
+    if unknown:
+        raise SpecError(f"parallel.{sorted(unknown)[0]}", f"unknown field; known: {', '.join(sorted(known))}")
+    kwargs = {k: v for k, v in raw.items() if v is not None}
+    for key in ("stage_layers", "full_recompute_layers"):
+        if key in kwargs:
+            if not isinstance(kwargs[key], list):
+                raise SpecError(f"parallel.{key}", "must be a list of integers")
+            kwargs[key] = tuple(kwargs[key])
+    if "recompute" in kwargs:
+        try:
+            kwargs["recompute"] = Recompute(kwargs["recompute"])
+        except ValueError:
+            raise SpecError("parallel.recompute", "expected one of none, selective, full") from None
+    if "zero_stage" in kwargs:
+        if isinstance(kwargs["zero_stage"], bool) or kwargs["zero_stage"] not in (0, 1, 2, 3):
+            raise SpecError("parallel.zero_stage", f"must be 0, 1, 2 or 3, got {kwargs['zero_stage']!r}")
+        kwargs["zero_stage"] = ZeroStage(kwargs["zero_stage"])
+    if "sequence_parallel" in kwargs and not isinstance(kwargs["sequence_parallel"], bool):
+        raise SpecError("parallel.sequence_parallel", "must be true or false")
+    return ParallelConfig(**kwargs)
