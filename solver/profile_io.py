@@ -1,0 +1,634 @@
+"""Measured profiles in and out: the ``partitura-profile/1`` JSON document, derivation, import.
+
+A profile document is what ``partitura profile`` writes and ``POST /v1/profiles`` accepts::
+
+    {
+      "format": "partitura-profile/1",
+      "model": {"name": "gpt2-xl", "num_layers": 48, "hidden_size": 1600, ...},   # a ModelSpec
+      "device": "NVIDIA H100 80GB HBM3",      # as the framework names it
+      "precision": "bf16",
+      "micro_batch_size": 1, "seq_length": 1024, "tp_size": 1,
+      "sequence_parallel": false, "flash_attention": true,        # optional, these defaults
+      "source": "partitura profile (torch 2.13.0)",               # optional, free text
+      "measurement": {"warmup": 3, "repeats": 10, ...},           # optional, scalars only
+      "layers": [
+        {"name": "embedding", "kind": "embedding", "forward_s": 1.2e-4, "backward_s": 3.0e-4,
+         "activation_bytes": 0, "output_bytes": 3276800, "parameter_count": 82049600}, ...
+      ]
+    }
+
+Per layer, for ONE micro-batch on ONE GPU of a tensor-parallel group of ``tp_size``:
+``forward_s``, ``backward_s`` (seconds), ``activation_bytes`` (kept for backward),
+``output_bytes`` (sent to the next layer) and ``parameter_count`` or ``parameter_bytes`` (16-bit
+weights, 2 bytes each) are required; ``selective_activation_bytes`` (default: activation_bytes,
+i.e. no saving known), ``checkpoint_bytes`` (default: the layer's input, the previous layer's
+output_bytes), ``selective_recompute_s``, ``tp_comm_s``, ``model_flops`` (default 0: unknown,
+filled from the analytic model by ``derive_profile``) and ``origin`` (default measured) are
+optional. Layers run embedding, ``model.num_layers`` transformer layers, head, in that order.
+Every error is a ``SpecError`` whose field names the place, e.g. ``layers[3].forward_s``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+from solver.errors import SpecError
+from solver.execution import Precision
+from solver.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding
+from solver.profile import LayerKind, LayerProfile, ModelProfile, Origin
+
+FORMAT = "partitura-profile/1"
+
+# Weights are kept in 16 bit under every precision the solver knows (fp8 runs only the GEMMs in
+# 8 bit, see solver.execution.Precision), so a parameter is 2 bytes in a profile document.
+PARAMETER_BYTES = 2
+
+MODEL_KEYS = (
+    "name", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size",
+    "vocab_size", "seq_length", "mlp_activation", "tied_embeddings", "architecture",
+    "position_embedding",
+)
+MODEL_INFO_KEYS = ("display_name", "source")  # catalog entries carry these; kept out of ModelSpec
+TOP_KEYS = (
+    "format", "model", "device", "precision", "micro_batch_size", "seq_length", "tp_size",
+    "sequence_parallel", "flash_attention", "source", "measurement", "notes", "layers",
+)
+LAYER_REQUIRED = ("name", "kind", "forward_s", "backward_s", "activation_bytes", "output_bytes")
+LAYER_OPTIONAL = (
+    "parameter_count", "parameter_bytes", "selective_activation_bytes", "checkpoint_bytes",
+    "selective_recompute_s", "tp_comm_s", "model_flops", "origin",
+)
+TIME_FIELDS = ("forward_s", "backward_s", "selective_recompute_s", "tp_comm_s")
+BYTE_FIELDS = ("activation_bytes", "selective_activation_bytes", "checkpoint_bytes", "output_bytes")
+# Fields derive_profile scales by the analytic model's target/measured ratio.
+SCALED_FIELDS = TIME_FIELDS + BYTE_FIELDS + ("parameter_count", "model_flops")
+
+
+@dataclass(frozen=True)
+class ProfileDocument:
+    """A validated profile document: the model it describes, the profile, and how it was taken."""
+
+    model: ModelSpec
+    profile: ModelProfile
+    sequence_parallel: bool = False
+    flash_attention: bool = True
+    source: str = ""
+    measurement: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Field checks: each returns the clean value or raises SpecError naming the field.
+
+
+def _integer(path: str, value: Any, minimum: int) -> int:
+    """An integer >= minimum; an integral JSON float (1e6) is accepted, 1.5 or true are not."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(path, f"must be an integer, got {value!r}")
+    if isinstance(value, float):
+        if not (math.isfinite(value) and value.is_integer()):
+            raise SpecError(path, f"must be an integer, got {value!r}")
+        value = int(value)
+    if value < minimum:
+        raise SpecError(path, f"must be at least {minimum}, got {value}")
+    return value
+
+
+def _seconds(path: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SpecError(path, f"must be a finite number of seconds, got {value!r}")
+    if value < 0:
+        raise SpecError(path, f"must not be negative, got {value!r}")
+    return float(value)
+
+
+def _boolean(path: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(path, f"must be true or false, got {value!r}")
+    return value
+
+
+def _text(path: str, value: Any, allow_empty: bool = False) -> str:
+    if not isinstance(value, str) or (not allow_empty and not value.strip()):
+        raise SpecError(path, f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _choice(path: str, value: Any, enum: type) -> Any:
+    try:
+        return enum(value)
+    except ValueError:
+        raise SpecError(path, f"expected one of {', '.join(e.value for e in enum)}, got {value!r}") from None
+
+
+def _object(path: str, value: Any, allowed: Sequence[str]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise SpecError(path, f"must be an object, got {type(value).__name__}")
+    unknown = sorted(set(value) - set(allowed))
+    if unknown:
+        where = f"{path}.{unknown[0]}" if path else str(unknown[0])
+        raise SpecError(where, f"unknown field; known: {', '.join(allowed)}")
+    return value
+
+
+def _required(path: str, raw: dict[str, Any], key: str) -> Any:
+    if key not in raw:
+        raise SpecError(f"{path}.{key}" if path else key, "is required")
+    return raw[key]
+
+
+# ---------------------------------------------------------------------------------------------
+# Model spec (the solver may not import catalog, so it reads the same keys itself).
+
+
+def model_to_dict(model: ModelSpec) -> dict[str, Any]:
+    """The ModelSpec as the catalog/API writes it (enum values as strings)."""
+    out = {key: getattr(model, key) for key in MODEL_KEYS}
+    for key in ("mlp_activation", "architecture", "position_embedding"):
+        out[key] = out[key].value
+    return out
+
+
+def model_from_dict(raw: Any, path: str = "model") -> ModelSpec:
+    """A ModelSpec from the catalog/API form; unknown keys and bad values name ``model.<key>``."""
+    raw = _object(path, raw, MODEL_KEYS + MODEL_INFO_KEYS)
+    kwargs: dict[str, Any] = {"name": _text(f"{path}.name", _required(path, raw, "name"))}
+    for key in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length"):
+        kwargs[key] = _integer(f"{path}.{key}", _required(path, raw, key), 1)
+    for key in ("num_kv_heads", "ffn_hidden_size"):
+        if raw.get(key) is not None:
+            kwargs[key] = _integer(f"{path}.{key}", raw[key], 1)
+    if raw.get("tied_embeddings") is not None:
+        kwargs["tied_embeddings"] = _boolean(f"{path}.tied_embeddings", raw["tied_embeddings"])
+    for key, enum in (
+        ("mlp_activation", MlpActivation), ("architecture", Architecture),
+        ("position_embedding", PositionEmbedding),
+    ):
+        if raw.get(key) is not None:
+            kwargs[key] = _choice(f"{path}.{key}", raw[key], enum)
+    try:
+        return ModelSpec(**kwargs)
+    except SpecError as err:
+        raise SpecError(f"{path}.{err.field.split('.', 1)[-1]}", err.reason) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Document <-> ProfileDocument
+
+
+def _layer_from_dict(index: int, raw: Any, previous_output_bytes: int | None) -> LayerProfile:
+    path = f"layers[{index}]"
+    raw = _object(path, raw, LAYER_REQUIRED + LAYER_OPTIONAL)
+    for key in LAYER_REQUIRED:
+        _required(path, raw, key)
+    times = {key: _seconds(f"{path}.{key}", raw.get(key, 0.0)) for key in TIME_FIELDS}
+    sizes = {
+        key: _integer(f"{path}.{key}", raw[key], 0)
+        for key in BYTE_FIELDS if raw.get(key) is not None
+    }
+    activation_bytes = sizes["activation_bytes"]
+    sizes.setdefault("selective_activation_bytes", activation_bytes)
+    if sizes["selective_activation_bytes"] > activation_bytes:
+        raise SpecError(
+            f"{path}.selective_activation_bytes",
+            f"{sizes['selective_activation_bytes']} exceeds activation_bytes={activation_bytes}: "
+            "selective recomputation keeps a subset of the activations",
+        )
+    # Full recompute keeps the layer's input; the first layer has nothing cheaper than itself.
+    sizes.setdefault(
+        "checkpoint_bytes", activation_bytes if previous_output_bytes is None else previous_output_bytes
+    )
+    count = raw.get("parameter_count")
+    size = raw.get("parameter_bytes")
+    if count is None and size is None:
+        raise SpecError(f"{path}.parameter_count", "is required (or parameter_bytes)")
+    if count is not None:
+        count = _integer(f"{path}.parameter_count", count, 0)
+    if size is not None:
+        size = _integer(f"{path}.parameter_bytes", size, 0)
+        if count is None:
+            if size % PARAMETER_BYTES:
+                raise SpecError(
+                    f"{path}.parameter_bytes",
+                    f"{size} is not a whole number of {PARAMETER_BYTES}-byte (16-bit) parameters",
+                )
+            count = size // PARAMETER_BYTES
+        elif size != count * PARAMETER_BYTES:
+            raise SpecError(
+                f"{path}.parameter_bytes",
+                f"{size} disagrees with parameter_count={count} x {PARAMETER_BYTES} bytes",
+            )
+    flops = raw.get("model_flops", 0.0)
+    if isinstance(flops, bool) or not isinstance(flops, (int, float)) or not math.isfinite(flops) or flops < 0:
+        raise SpecError(f"{path}.model_flops", f"must be a non-negative number, got {flops!r}")
+    return LayerProfile(
+        name=_text(f"{path}.name", raw["name"]),
+        kind=_choice(f"{path}.kind", raw["kind"], LayerKind),
+        parameter_count=count,
+        model_flops=float(flops),
+        origin=_choice(f"{path}.origin", raw.get("origin", Origin.MEASURED.value), Origin),
+        **times,
+        **sizes,
+    )
+
+
+def _check_layer_order(layers: Sequence[LayerProfile], model: ModelSpec) -> None:
+    kinds = [layer.kind for layer in layers]
+    if kinds[0] is not LayerKind.EMBEDDING or kinds.count(LayerKind.EMBEDDING) != 1:
+        bad = next((i for i, k in enumerate(kinds) if k is LayerKind.EMBEDDING and i), 0)
+        raise SpecError(f"layers[{bad}].kind", "exactly one embedding layer is needed, and it comes first")
+    if kinds[-1] is not LayerKind.HEAD or kinds.count(LayerKind.HEAD) != 1:
+        bad = next((i for i, k in enumerate(kinds) if k is LayerKind.HEAD), len(kinds) - 1)
+        raise SpecError(f"layers[{bad}].kind", "exactly one head layer is needed, and it comes last")
+    transformers = len(kinds) - 2
+    if transformers != model.num_layers:
+        raise SpecError(
+            "layers", f"has {transformers} transformer layers but model.num_layers is {model.num_layers}"
+        )
+    seen: dict[str, int] = {}
+    for index, layer in enumerate(layers):
+        if layer.name in seen:
+            raise SpecError(f"layers[{index}].name", f"{layer.name!r} repeats layers[{seen[layer.name]}]")
+        seen[layer.name] = index
+
+
+def parse_profile_document(raw: Any) -> ProfileDocument:
+    """Validate a ``partitura-profile/1`` document (parsed JSON) and return it as solver types.
+
+    Raises SpecError naming the first bad field (``format``, ``model.hidden_size``,
+    ``layers[3].forward_s``, ...). Nothing is silently repaired; optional fields get the defaults
+    stated in this module's docstring.
+    """
+    raw = _object("", raw, TOP_KEYS)
+    fmt = _required("", raw, "format")
+    if fmt != FORMAT:
+        raise SpecError("format", f"expected {FORMAT!r}, got {fmt!r}")
+    model = model_from_dict(_required("", raw, "model"))
+    precision = _choice("precision", _required("", raw, "precision"), Precision)
+    micro_batch_size = _integer("micro_batch_size", _required("", raw, "micro_batch_size"), 1)
+    seq_length = _integer("seq_length", _required("", raw, "seq_length"), 1)
+    tp_size = _integer("tp_size", _required("", raw, "tp_size"), 1)
+    if model.position_embedding is PositionEmbedding.LEARNED and seq_length > model.seq_length:
+        raise SpecError("seq_length", f"{seq_length} exceeds the model's learned positions ({model.seq_length})")
+    if model.num_attention_heads % tp_size:
+        raise SpecError("tp_size", f"{tp_size} does not divide num_attention_heads={model.num_attention_heads}")
+    measurement = raw.get("measurement", {})
+    if not isinstance(measurement, dict) or any(
+        not isinstance(v, (str, int, float, bool)) and v is not None for v in measurement.values()
+    ):
+        raise SpecError("measurement", "must be an object of plain values (strings, numbers, booleans)")
+    notes = raw.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise SpecError("notes", "must be a list of strings")
+    layers_raw = _required("", raw, "layers")
+    if not isinstance(layers_raw, list) or len(layers_raw) < 3:
+        raise SpecError("layers", "must be a list: embedding, at least one transformer layer, head")
+    layers: list[LayerProfile] = []
+    for index, layer_raw in enumerate(layers_raw):
+        previous = layers[-1].output_bytes if layers else None
+        layers.append(_layer_from_dict(index, layer_raw, previous))
+    _check_layer_order(layers, model)
+    profile = ModelProfile(
+        model_name=model.name,
+        tp_size=tp_size,
+        micro_batch_size=micro_batch_size,
+        seq_length=seq_length,
+        precision=precision,
+        layers=tuple(layers),
+        device=_text("device", _required("", raw, "device")),
+        notes=tuple(notes),
+    )
+    return ProfileDocument(
+        model=model,
+        profile=profile,
+        sequence_parallel=_boolean("sequence_parallel", raw.get("sequence_parallel", False)),
+        flash_attention=_boolean("flash_attention", raw.get("flash_attention", True)),
+        source=_text("source", raw.get("source", ""), allow_empty=True),
+        measurement=dict(measurement),
+    )
+
+
+def profile_document(doc: ProfileDocument) -> dict[str, Any]:
+    """The JSON form of a profile (inverse of ``parse_profile_document``; floats round-trip)."""
+    profile = doc.profile
+    layers = []
+    for layer in profile.layers:
+        entry: dict[str, Any] = {"name": layer.name, "kind": layer.kind.value}
+        entry.update({key: getattr(layer, key) for key in TIME_FIELDS + BYTE_FIELDS})
+        entry["parameter_count"] = layer.parameter_count
+        entry["parameter_bytes"] = layer.parameter_count * PARAMETER_BYTES
+        entry["model_flops"] = layer.model_flops
+        entry["origin"] = layer.origin.value
+        layers.append(entry)
+    return {
+        "format": FORMAT,
+        "model": model_to_dict(doc.model),
+        "device": profile.device,
+        "precision": profile.precision.value,
+        "micro_batch_size": profile.micro_batch_size,
+        "seq_length": profile.seq_length,
+        "tp_size": profile.tp_size,
+        "sequence_parallel": doc.sequence_parallel,
+        "flash_attention": doc.flash_attention,
+        "source": doc.source,
+        "measurement": dict(doc.measurement),
+        "notes": list(profile.notes),
+        "layers": layers,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Derivation at another tp_size / micro-batch size
+
+
+def _check_same_chain(measured: ModelProfile, other: ModelProfile, label: str) -> None:
+    if len(other.layers) != len(measured.layers):
+        raise SpecError(
+            "profile.layers", f"{label} has {len(other.layers)} layers, the measured profile {len(measured.layers)}"
+        )
+    for index, (mine, theirs) in enumerate(zip(measured.layers, other.layers)):
+        if mine.kind is not theirs.kind:
+            raise SpecError(
+                f"profile.layers[{index}].kind", f"measured {mine.kind.value}, {label} {theirs.kind.value}"
+            )
+
+
+def derive_profile(
+    measured: ModelProfile, analytic_at_measured: ModelProfile, analytic_at_target: ModelProfile
+) -> ModelProfile:
+    """The measured profile carried to the target configuration with the analytic model's ratios.
+
+    Returns a ModelProfile at ``analytic_at_target``'s tp_size, micro-batch size, sequence length
+    and precision. For each layer and field in SCALED_FIELDS:
+    ``value = measured * analytic_at_target / analytic_at_measured`` (the measurement fixes the
+    level, the analytic model the trend, as PipeDream-style profiles are reused in Piper and
+    Alpa-style cost models). Fields the measurement lacks (0, e.g. ``tp_comm_s``, which one GPU
+    cannot measure, or ``model_flops``) take the analytic target value; a missing
+    ``selective_recompute_s`` takes the analytic value scaled by the layer's measured/analytic
+    forward ratio. Where both analytic values are 0 the measured value is kept. A layer whose
+    analytic values are identical at both configurations is ``Origin.MEASURED``, otherwise
+    ``Origin.DERIVED``. Raises SpecError when the analytic-at-measured profile is not at the
+    measured configuration or the layer chains differ.
+    """
+    for attr in ("tp_size", "micro_batch_size", "seq_length"):
+        if getattr(analytic_at_measured, attr) != getattr(measured, attr):
+            raise SpecError(
+                f"profile.{attr}",
+                f"analytic_at_measured is at {attr}={getattr(analytic_at_measured, attr)}, "
+                f"the measured profile at {getattr(measured, attr)}",
+            )
+    _check_same_chain(measured, analytic_at_measured, "analytic_at_measured")
+    _check_same_chain(measured, analytic_at_target, "analytic_at_target")
+    layers = []
+    filled: set[str] = set()
+    for mine, base, target in zip(measured.layers, analytic_at_measured.layers, analytic_at_target.layers):
+        values: dict[str, float] = {}
+        for key in SCALED_FIELDS:
+            value, at_base, at_target = getattr(mine, key), getattr(base, key), getattr(target, key)
+            if value == 0 and at_base != 0:
+                if key == "selective_recompute_s" and base.forward_s > 0:
+                    value = at_target * (mine.forward_s / base.forward_s)
+                else:
+                    value = at_target
+                filled.add(key)
+            elif at_base != 0:
+                value = value * (at_target / at_base)
+            elif at_target != 0:
+                value = value + at_target  # the analytic model sees new work only at the target
+            values[key] = value
+        same = all(getattr(base, key) == getattr(target, key) for key in SCALED_FIELDS)
+        for key in BYTE_FIELDS + ("parameter_count",):
+            values[key] = int(round(values[key]))
+        layers.append(replace(mine, origin=Origin.MEASURED if same else Origin.DERIVED, **values))
+    notes = list(measured.notes)
+    if filled:
+        notes.append("from the analytic model (not in the measurement): " + ", ".join(sorted(filled)))
+    if any(layer.origin is Origin.DERIVED for layer in layers):
+        notes.append(
+            f"derived from a measurement at tp_size={measured.tp_size}, "
+            f"micro_batch_size={measured.micro_batch_size}, seq_length={measured.seq_length}"
+        )
+    return ModelProfile(
+        model_name=measured.model_name,
+        tp_size=analytic_at_target.tp_size,
+        micro_batch_size=analytic_at_target.micro_batch_size,
+        seq_length=analytic_at_target.seq_length,
+        precision=analytic_at_target.precision,
+        layers=tuple(layers),
+        device=measured.device,
+        notes=tuple(notes),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# PipeDream profiler output (msr-fiddle/pipedream, graph/graph.py Node.__str__ / Graph.from_str):
+#   node<N> -- <description> -- forward_compute_time=<ms>, backward_compute_time=<ms>,
+#       activation_size=<bytes or [b1; b2]>, parameter_size=<bytes>[ -- stage_id=<k>]
+#   \tnode<A> -- node<B>                      (an edge: B consumes A's output)
+# Times are milliseconds (PipeDream's optimizer divides them by 1000); activation_size is the
+# node's output in bytes (the optimizer sums it for stashed activations and sends it across a
+# stage boundary); parameter_size is bytes, fp32 in PipeDream's profiles (Conv2d(3, 64, 3x3) has
+# 1792 parameters and parameter_size=7168 in its vgg16 graph.txt).
+
+MS_PER_S = 1000.0
+PIPEDREAM_PARAMETER_BYTES = 4  # fp32, see above
+_PD_NODE = re.compile(
+    r"^(?P<id>\S+) -- (?P<desc>.*) -- forward_compute_time=(?P<fwd>[^,]+), "
+    r"backward_compute_time=(?P<bwd>[^,]+), activation_size=(?P<act>\[[^\]]*\]|[^,]+), "
+    r"parameter_size=(?P<param>[^ ]+?)(?: -- stage_id=(?P<stage>-?\d+))?$"
+)
+
+
+@dataclass(frozen=True)
+class PipeDreamNode:
+    node_id: str
+    description: str
+    forward_ms: float
+    backward_ms: float
+    activation_bytes: float
+    parameter_bytes: float
+
+
+def _pd_number(path: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecError(path, f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise SpecError(path, f"must be a finite non-negative number, got {text!r}")
+    return value
+
+
+def parse_pipedream_graph(text: str) -> tuple[list[PipeDreamNode], list[tuple[str, str]]]:
+    """Nodes (in topological order) and edges of a PipeDream graph.txt.
+
+    Input nodes (description starting with "Input", whose time is data loading) are dropped, as
+    PipeDream's optimizer does; ties in the topological order go by the number in the node id,
+    so the result is deterministic. Errors name the line: ``pipedream.line[12]``.
+    """
+    nodes: dict[str, PipeDreamNode] = {}
+    edges: list[tuple[str, str]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        path = f"pipedream.line[{number}]"
+        if not line.strip():
+            continue
+        if line.startswith("\t") or (" -- " in line and "=" not in line):
+            parts = line.strip().split(" -- ")
+            if len(parts) != 2:
+                raise SpecError(path, f"an edge is 'nodeA -- nodeB', got {line.strip()!r}")
+            edges.append((parts[0], parts[1]))
+            continue
+        match = _PD_NODE.match(line.strip())
+        if not match:
+            raise SpecError(
+                path,
+                "expected 'node -- description -- forward_compute_time=.., backward_compute_time=.., "
+                f"activation_size=.., parameter_size=..', got {line.strip()[:120]!r}",
+            )
+        act = match["act"]
+        if act.startswith("["):
+            activation = sum(_pd_number(f"{path}.activation_size", x) for x in act[1:-1].split(";") if x.strip())
+        else:
+            activation = _pd_number(f"{path}.activation_size", act)
+        node = PipeDreamNode(
+            node_id=match["id"],
+            description=match["desc"],
+            forward_ms=_pd_number(f"{path}.forward_compute_time", match["fwd"]),
+            backward_ms=_pd_number(f"{path}.backward_compute_time", match["bwd"]),
+            activation_bytes=activation,
+            parameter_bytes=_pd_number(f"{path}.parameter_size", match["param"]),
+        )
+        if node.node_id in nodes:
+            raise SpecError(path, f"node {node.node_id} is defined twice")
+        nodes[node.node_id] = node
+    for a, b in edges:
+        for node_id in (a, b):
+            if node_id not in nodes:
+                raise SpecError("pipedream.edges", f"edge {a} -- {b} names unknown node {node_id}")
+    if not nodes:
+        raise SpecError("pipedream", "no nodes found")
+    inputs = {n for n, node in nodes.items() if node.description.startswith("Input")}
+    keep = [n for n in nodes if n not in inputs]
+    inner_edges = [(a, b) for a, b in edges if a not in inputs and b not in inputs]
+
+    def order_key(node_id: str) -> tuple[int, str]:
+        digits = re.sub(r"\D", "", node_id)
+        return (int(digits) if digits else 0, node_id)
+
+    indegree = {n: 0 for n in keep}
+    successors: dict[str, list[str]] = {n: [] for n in keep}
+    for a, b in inner_edges:
+        indegree[b] += 1
+        successors[a].append(b)
+    ready = sorted((n for n in keep if indegree[n] == 0), key=order_key)
+    ordered: list[str] = []
+    while ready:
+        current = ready.pop(0)
+        ordered.append(current)
+        for nxt in successors[current]:
+            indegree[nxt] -= 1
+            if indegree[nxt] == 0:
+                ready.append(nxt)
+                ready.sort(key=order_key)
+    if len(ordered) != len(keep):
+        raise SpecError("pipedream.edges", "the graph has a cycle")
+    input_bytes = sum(nodes[n].activation_bytes for n in inputs)
+    ordered_nodes = [nodes[n] for n in ordered]
+    if inputs:
+        ordered_nodes.insert(0, replace(nodes[sorted(inputs, key=order_key)[0]], activation_bytes=input_bytes))
+    return ordered_nodes, edges
+
+
+def import_pipedream(
+    text: str,
+    model: ModelSpec,
+    *,
+    micro_batch_size: int,
+    precision: Precision,
+    nodes_per_layer: Sequence[int] | None = None,
+    device: str = "unknown (PipeDream import)",
+    parameter_bytes_per_value: int = PIPEDREAM_PARAMETER_BYTES,
+) -> ProfileDocument:
+    """A profile document from a PipeDream graph.txt.
+
+    PipeDream nodes are operators; Partitura layers are embedding, ``model.num_layers``
+    transformer layers and head. ``nodes_per_layer`` says how many consecutive nodes (in
+    topological order, Input nodes excluded) form each layer: ``model.num_layers + 2`` entries;
+    without it every node must be one layer. Per layer: times are summed and converted from ms
+    to s; ``activation_bytes`` sums the nodes' outputs (PipeDream's stashed activation);
+    ``output_bytes`` is what crosses the boundary to the next layer (every earlier node output
+    consumed at or after the next layer); ``checkpoint_bytes`` is the layer's input, i.e. the
+    previous boundary (the Input node's output for the first layer); parameter counts are
+    ``parameter_size / parameter_bytes_per_value`` (fp32 in PipeDream's profiles). Byte counts
+    stay as PipeDream measured them (fp32 activations). The profile is at ``tp_size`` 1 and the
+    model's sequence length.
+    """
+    ordered, edges = parse_pipedream_graph(text)
+    has_input = bool(ordered) and ordered[0].description.startswith("Input")
+    input_bytes = ordered[0].activation_bytes if has_input else 0.0
+    body = ordered[1:] if has_input else ordered
+    expected = model.num_layers + 2
+    if nodes_per_layer is None:
+        if len(body) != expected:
+            raise SpecError(
+                "nodes_per_layer",
+                f"the graph has {len(body)} nodes (Input excluded) but the model needs {expected} layers "
+                "(embedding, transformer layers, head): give nodes_per_layer",
+            )
+        nodes_per_layer = [1] * expected
+    counts = [_integer(f"nodes_per_layer[{i}]", c, 1) for i, c in enumerate(nodes_per_layer)]
+    if len(counts) != expected:
+        raise SpecError("nodes_per_layer", f"needs {expected} entries (embedding, {model.num_layers} layers, head), got {len(counts)}")
+    if sum(counts) != len(body):
+        raise SpecError("nodes_per_layer", f"covers {sum(counts)} nodes but the graph has {len(body)} (Input excluded)")
+    group_of: dict[str, int] = {}
+    start = 0
+    for group, count in enumerate(counts):
+        for node in body[start:start + count]:
+            group_of[node.node_id] = group
+        start += count
+    activation_of = {node.node_id: node.activation_bytes for node in body}
+    # boundary[g]: bytes produced in groups <= g and consumed in groups > g.
+    crossing: list[set[str]] = [set() for _ in counts]
+    for a, b in edges:
+        if a in group_of and b in group_of:
+            for g in range(group_of[a], group_of[b]):
+                crossing[g].add(a)
+    layers = []
+    start = 0
+    for group, count in enumerate(counts):
+        members = body[start:start + count]
+        start += count
+        kind = LayerKind.EMBEDDING if group == 0 else LayerKind.HEAD if group == expected - 1 else LayerKind.TRANSFORMER
+        name = "embedding" if kind is LayerKind.EMBEDDING else "head" if kind is LayerKind.HEAD else f"layer{group - 1}"
+        output = sum(activation_of[n] for n in crossing[group]) if crossing[group] else members[-1].activation_bytes
+        checkpoint = input_bytes if group == 0 else layers[-1].output_bytes
+        parameters = sum(node.parameter_bytes for node in members) / parameter_bytes_per_value
+        activation = int(round(sum(node.activation_bytes for node in members)))
+        layers.append(
+            LayerProfile(
+                name=name,
+                kind=kind,
+                forward_s=sum(node.forward_ms for node in members) / MS_PER_S,
+                backward_s=sum(node.backward_ms for node in members) / MS_PER_S,
+                parameter_count=int(round(parameters)),
+                activation_bytes=activation,
+                selective_activation_bytes=activation,
+                checkpoint_bytes=int(round(checkpoint)),
+                output_bytes=int(round(output)),
+                origin=Origin.MEASURED,
+            )
+        )
+    profile = ModelProfile(
+        model_name=model.name,
+        tp_size=1,
+        micro_batch_size=_integer("micro_batch_size", micro_batch_size, 1),
+        seq_length=model.seq_length,
+        precision=Precision(precision),
+        layers=tuple(layers),
+        device=device,
+        notes=("imported from PipeDream profiler output (times in ms, fp32 sizes)",),
+    )
+    return ProfileDocument(model=model, profile=profile, source="pipedream graph.txt")
