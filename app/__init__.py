@@ -1,0 +1,1 @@
+"""Partitura's service: HTTP API, CLI and persistence. All planning goes through ``solver``."""

@@ -1,0 +1,1 @@
+"""Catalog: built-in GPUs, models and clusters, and custom models and clusters."""

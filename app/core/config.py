@@ -1,0 +1,70 @@
+"""Service settings, read once from the environment and passed explicitly from there on."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+DEFAULT_DATABASE_URL = "sqlite:///./partitura.db"
+
+
+class SettingsError(ValueError):
+    """An environment variable holds a value the service cannot use."""
+
+
+def _int_at_least(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise SettingsError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number, got {raw!r}") from None
+    if not value > 0:
+        raise SettingsError(f"{name} must be positive, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the service reads from its environment (see README, Configuration).
+
+    ``solver_workers`` processes run searches; at most ``solver_queue_depth`` more requests wait
+    for one; past that a plan request is answered 503 with ``Retry-After: retry_after_s``.
+    ``plan_time_budget_s`` caps the search time of one plan request.
+    """
+
+    database_url: str = DEFAULT_DATABASE_URL
+    solver_workers: int = 2
+    solver_queue_depth: int = 4
+    plan_time_budget_s: float = 30.0
+    retry_after_s: int = 5
+    # A search that has not returned this long after its budget is abandoned (a safety net:
+    # the solver honours the budget itself and returns the best plan found so far).
+    solver_grace_s: float = 30.0
+
+    @staticmethod
+    def from_env(env: Mapping[str, str] | None = None) -> "Settings":
+        env = os.environ if env is None else env
+        return Settings(
+            database_url=env.get("DATABASE_URL") or DEFAULT_DATABASE_URL,
+            solver_workers=_int_at_least(env, "PARTITURA_SOLVER_WORKERS", min(2, os.cpu_count() or 1), 1),
+            solver_queue_depth=_int_at_least(env, "PARTITURA_SOLVER_QUEUE_DEPTH", 4, 0),
+            plan_time_budget_s=_positive_float(env, "PARTITURA_PLAN_TIME_BUDGET_S", 30.0),
+            retry_after_s=_int_at_least(env, "PARTITURA_RETRY_AFTER_S", 5, 1),
+            solver_grace_s=_positive_float(env, "PARTITURA_SOLVER_GRACE_S", 30.0),
+        )

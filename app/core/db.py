@@ -1,0 +1,98 @@
+"""Database plumbing: declarative base with a constraint naming convention, engine and sessions.
+
+SQLite is the default (a file next to the service); Postgres is used through
+``DATABASE_URL=postgresql+psycopg://...``. The schema is owned by the Alembic migrations in
+``migrations/``; nothing here creates tables.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Engine, MetaData, create_engine, event
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, sessionmaker
+from sqlalchemy.types import TypeDecorator
+
+# Stable, predictable constraint names so that migrations can address them on every backend
+# (https://alembic.sqlalchemy.org/en/latest/naming.html).
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# Seconds a SQLite connection waits for another writer before giving up.
+SQLITE_BUSY_TIMEOUT_S = 30.0
+
+# JSON on SQLite, JSONB on Postgres.
+JsonDocument = JSON().with_variant(JSONB(), "postgresql")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class UtcDateTime(TypeDecorator):
+    """A timezone-aware UTC timestamp on every backend (SQLite stores it naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("timestamps must be timezone-aware")
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def make_engine(database_url: str) -> Engine:
+    """An engine for ``database_url``; SQLite gets foreign keys and serialised write transactions."""
+    if database_url.startswith("sqlite"):
+        engine = create_engine(
+            database_url,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False},
+        )
+        _configure_sqlite(engine)
+        return engine
+    return create_engine(database_url, pool_pre_ping=True)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    """Foreign keys on, and every transaction opened with BEGIN IMMEDIATE.
+
+    pysqlite's own transaction handling starts transactions late and can deadlock two writers
+    that both read first; taking the write lock at BEGIN makes concurrent writers queue on the
+    busy timeout instead (the recipe in SQLAlchemy's SQLite dialect documentation).
+    """
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker:
+    return sessionmaker(bind=engine, expire_on_commit=False, autoflush=False)

@@ -1,0 +1,1 @@
+"""Evaluations: one configuration evaluated, no search."""

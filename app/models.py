@@ -1,0 +1,7 @@
+"""Every table of the service, imported in one place for Alembic's autogenerate and the checks."""
+
+from app.catalog.models import CustomCluster, CustomModel
+from app.core.db import Base
+from app.plans.models import Plan, PlanCandidate
+
+__all__ = ["Base", "CustomCluster", "CustomModel", "Plan", "PlanCandidate"]

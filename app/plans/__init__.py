@@ -1,0 +1,1 @@
+"""Plans: searched parallel configurations, stored and idempotent."""
