@@ -1,0 +1,221 @@
+"""The ``partitura`` command: serve the API, migrate the database, and answer plan, evaluation
+and catalog questions without a server (the same JSON in and out as the API).
+
+Other packages add subcommands through a ``register(subparsers)`` function (``profiler.cli``
+adds ``profile`` and ``calibrate`` when it is installed); a subcommand parser sets
+``handler=callable(args) -> exit code`` with ``set_defaults``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import BaseModel, ValidationError
+from sqlalchemy.orm import Session
+
+from app.core.config import Settings, SettingsError
+from app.core.problems import Problem, validation_errors
+
+OPTIONAL_COMMAND_MODULES = ("profiler.cli",)
+EXIT_INVALID_INPUT = 2
+EXIT_FAILURE = 1
+
+
+def _write_json(stream: IO[str], document: Any) -> None:
+    stream.write(json.dumps(document, indent=2, default=str) + "\n")
+
+
+def _read_body(source: str, stdin: IO[str]) -> str:
+    if source == "-":
+        return stdin.read()
+    return Path(source).read_text()
+
+
+def _parse(schema: type[BaseModel], text: str) -> BaseModel:
+    try:
+        return schema.model_validate_json(text)
+    except ValidationError as error:
+        errors = validation_errors([{**e, "loc": ("body", *e["loc"])} for e in error.errors()])
+        detail = "; ".join(f"{e['field']}: {e['reason']}" for e in errors)
+        raise Problem(422, "Invalid request", detail, slug="invalid-request", errors=errors) from None
+
+
+@contextmanager
+def _database(settings: Settings, use_configured: bool) -> Iterator[tuple[Settings, Session]]:
+    """A session on the configured database (``--db``: custom entries resolve, plans are stored)
+    or on a throwaway SQLite database built by the same migrations."""
+    from app.core.db import make_engine, make_sessionmaker
+    from app.core.migrate import upgrade
+
+    with tempfile.TemporaryDirectory(prefix="partitura-cli-") as scratch:
+        if not use_configured:
+            url = f"sqlite:///{Path(scratch) / 'scratch.db'}"
+            upgrade(url)
+            settings = Settings(**{**settings.__dict__, "database_url": url})
+        engine = make_engine(settings.database_url)
+        session = make_sessionmaker(engine)()
+        try:
+            yield settings, session
+        finally:
+            session.close()
+            engine.dispose()
+
+
+def _command_serve(args: argparse.Namespace, settings: Settings, out: IO[str]) -> int:
+    import uvicorn
+
+    uvicorn.run("app.main:create_app", factory=True, host=args.host, port=args.port, workers=args.workers)
+    return 0
+
+
+def _command_db(args: argparse.Namespace, settings: Settings, out: IO[str]) -> int:
+    from app.core import migrate
+
+    if args.db_command == "upgrade":
+        migrate.upgrade(settings.database_url, args.revision)
+    elif args.db_command == "downgrade":
+        migrate.downgrade(settings.database_url, args.revision)
+    from app.core.db import make_engine
+
+    engine = make_engine(settings.database_url)
+    try:
+        current = migrate.current_revision(engine)
+    finally:
+        engine.dispose()
+    _write_json(out, {"database_revision": current, "head": migrate.head_revision()})
+    return 0
+
+
+def _command_plan(args: argparse.Namespace, settings: Settings, out: IO[str], stdin: IO[str]) -> int:
+    from app.core.metrics import Metrics
+    from app.core.solver_pool import SolverPool
+    from app.core.versions import current_versions
+    from app.plans import service
+    from app.plans.schemas import PlanRequest
+
+    body = _parse(PlanRequest, _read_body(args.file, stdin))
+    pool = SolverPool(workers=1, queue_depth=0, retry_after_s=settings.retry_after_s)
+    try:
+        with _database(settings, args.db) as (settings, session):
+            outcome = service.create_plan(session, pool, Metrics(), settings, current_versions(), body)
+            session.commit()
+    finally:
+        pool.shutdown()
+    _write_json(out, outcome.document)
+    return 0
+
+
+def _command_evaluate(args: argparse.Namespace, settings: Settings, out: IO[str], stdin: IO[str]) -> int:
+    from app.evaluations.schemas import EvaluationRequest
+    from app.evaluations.service import evaluate_configuration
+
+    body = _parse(EvaluationRequest, _read_body(args.file, stdin))
+    with _database(settings, args.db) as (_settings, session):
+        _write_json(out, evaluate_configuration(session, body))
+    return 0
+
+
+def _command_catalog(args: argparse.Namespace, settings: Settings, out: IO[str]) -> int:
+    from app.catalog import service
+
+    with _database(settings, args.db) as (_settings, session):
+        if args.name is None:
+            _write_json(out, {"items": service.list_entries(session, args.kind)})
+        else:
+            _write_json(out, service.get_entry(session, args.kind, args.name))
+    return 0
+
+
+def _register_optional_commands(subparsers: argparse._SubParsersAction) -> None:
+    for module_name in OPTIONAL_COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as missing:
+            if missing.name and module_name.startswith(missing.name):
+                continue
+            raise
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(subparsers)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="partitura", description="Plan hybrid-parallel transformer training.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="serve the HTTP API (run `partitura db upgrade` first)")
+    serve.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+    serve.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    serve.set_defaults(action=_command_serve)
+
+    db = commands.add_parser("db", help="database migrations on DATABASE_URL")
+    db_commands = db.add_subparsers(dest="db_command", required=True, metavar="DB_COMMAND")
+    upgrade = db_commands.add_parser("upgrade", help="apply the migrations")
+    upgrade.add_argument("revision", nargs="?", default="head")
+    downgrade = db_commands.add_parser("downgrade", help="revert migrations down to REVISION")
+    downgrade.add_argument("revision")
+    db_commands.add_parser("current", help="show the database's revision")
+    db.set_defaults(action=_command_db)
+
+    db_help = "use DATABASE_URL (custom entries resolve, plans are stored) instead of a scratch database"
+    plan = commands.add_parser("plan", help="search for plans: a POST /v1/plans body from FILE or - (stdin)")
+    plan.add_argument("file", metavar="FILE|-")
+    plan.add_argument("--db", action="store_true", help=db_help)
+    plan.set_defaults(action_with_input=_command_plan)
+
+    evaluate = commands.add_parser("evaluate", help="evaluate one configuration: a POST /v1/evaluations body")
+    evaluate.add_argument("file", metavar="FILE|-")
+    evaluate.add_argument("--db", action="store_true", help=db_help)
+    evaluate.set_defaults(action_with_input=_command_evaluate)
+
+    catalog = commands.add_parser("catalog", help="list or show catalog entries")
+    catalog.add_argument("kind", choices=["gpus", "models", "clusters"])
+    catalog.add_argument("name", nargs="?", help="show this entry (default: list all)")
+    catalog.add_argument("--db", action="store_true", help="include custom entries from DATABASE_URL")
+    catalog.set_defaults(action=_command_catalog)
+
+    _register_optional_commands(commands)
+    return parser
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    env: dict[str, str] | None = None,
+    out: IO[str] | None = None,
+    err: IO[str] | None = None,
+    stdin: IO[str] | None = None,
+) -> int:
+    out, err, stdin = out or sys.stdout, err or sys.stderr, stdin or sys.stdin
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings.from_env(env)
+    except SettingsError as error:
+        err.write(f"partitura: {error}\n")
+        return EXIT_FAILURE
+    try:
+        if getattr(args, "action_with_input", None) is not None:
+            return args.action_with_input(args, settings, out, stdin)
+        if getattr(args, "action", None) is not None:
+            return args.action(args, settings, out)
+        handler: Callable[[argparse.Namespace], int] = args.handler
+        return int(handler(args) or 0)
+    except Problem as problem:
+        _write_json(err, problem.to_dict())
+        return EXIT_INVALID_INPUT if problem.status in (404, 409, 422) else EXIT_FAILURE
+    except OSError as error:
+        err.write(f"partitura: {error}\n")
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

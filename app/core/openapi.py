@@ -1,0 +1,40 @@
+"""OpenAPI pieces shared by routers: the problem document schema and the error responses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class FieldError(BaseModel):
+    field: str
+    reason: str
+
+
+class ProblemDocument(BaseModel):
+    """RFC 9457 problem details."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    errors: list[FieldError] | None = None
+    suggestions: list[str] | None = None
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {"description": description, "model": ProblemDocument, "content": {"application/problem+json": {}}}
+
+
+PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    404: _problem("Unknown resource; suggests close names"),
+    422: _problem("Invalid request; names each field and the reason"),
+}
+
+SOLVER_RESPONSES: dict[int | str, dict[str, Any]] = {
+    503: _problem("The solver pool is saturated; retry after Retry-After seconds"),
+}

@@ -1,0 +1,166 @@
+"""Errors as RFC 9457 problem documents (``application/problem+json``).
+
+Every error the service answers has ``type``, ``title``, ``status`` and ``detail``; a 422 adds
+``errors``: one ``{"field", "reason"}`` per bad field, the field a dotted path from the request
+(``body.model.hidden_size``, ``query.limit``); a 404 adds ``suggestions`` (close names).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from solver.errors import SpecError
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+PROBLEM_TYPE_BASE = "https://partitura.dev/problems/"
+
+logger = logging.getLogger("partitura.errors")
+
+
+@dataclass
+class Problem(Exception):
+    """An error answer; raise it anywhere below a router."""
+
+    status: int
+    title: str
+    detail: str
+    slug: str = "about:blank"
+    errors: list[dict[str, str]] = field(default_factory=list)
+    suggestions: list[str] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self, instance: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "type": self.slug if self.slug == "about:blank" else PROBLEM_TYPE_BASE + self.slug,
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+        }
+        if instance:
+            body["instance"] = instance
+        if self.errors:
+            body["errors"] = self.errors
+        if self.suggestions is not None:
+            body["suggestions"] = self.suggestions
+        body.update(self.extra)
+        return body
+
+
+def invalid_field(field_path: str, reason: str, suggestions: list[str] | None = None) -> Problem:
+    """A 422 naming one field."""
+    return Problem(
+        status=422,
+        title="Invalid request",
+        detail=f"{field_path}: {reason}",
+        slug="invalid-request",
+        errors=[{"field": field_path, "reason": reason}],
+        suggestions=suggestions,
+    )
+
+
+def from_spec_error(error: SpecError, prefix: str) -> Problem:
+    """A solver ``SpecError`` (``model.hidden_size``) as a 422 naming ``prefix.model.hidden_size``."""
+    return invalid_field(f"{prefix}.{error.field}" if prefix else error.field, error.reason)
+
+
+def not_found(kind: str, name: str, suggestions: list[str] | None = None) -> Problem:
+    hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
+    return Problem(
+        status=404,
+        title=f"Unknown {kind}",
+        detail=f"no {kind} named {name!r}{hint}",
+        slug="not-found",
+        suggestions=list(suggestions or []),
+    )
+
+
+def problem_response(problem: Problem, request: Request | None = None) -> JSONResponse:
+    return JSONResponse(
+        problem.to_dict(instance=request.url.path if request is not None else None),
+        status_code=problem.status,
+        media_type=PROBLEM_MEDIA_TYPE,
+        headers=problem.headers or None,
+    )
+
+
+# Pydantic adds the union member's name to an error's location (``model.ModelSpecIn.hidden_size``);
+# these are not fields of the request and are dropped from the reported path.
+def _is_union_tag(part: Any) -> bool:
+    if not isinstance(part, str):
+        return False
+    return part in {"str", "int", "float", "bool", "list[int]", "list[str]", "list[bool]"} or (
+        part[:1].isupper() or "[" in part
+    )
+
+
+def validation_errors(raw_errors: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Pydantic's errors as ``{"field", "reason"}``, one per field, most specific first.
+
+    For a value that may be a name or an inline spec, a dict that fails as a spec should not
+    also be told that it is not a string: errors of a shallower alternative are dropped when a
+    deeper one exists under the same field.
+    """
+    entries: list[tuple[tuple[str, ...], str, bool]] = []
+    for error in raw_errors:
+        loc = tuple(str(p) for p in error.get("loc", ()))
+        tagged = any(_is_union_tag(p) for p in loc[1:])
+        path = tuple(p for i, p in enumerate(loc) if i == 0 or not _is_union_tag(p))
+        reason = str(error.get("msg", "is invalid"))
+        if error.get("type") == "missing":
+            reason = "is required"
+        elif error.get("type") == "extra_forbidden":
+            reason = "is not a known field"
+        elif reason.startswith("Value error, "):
+            reason = reason[len("Value error, ") :]
+        entries.append((path, reason, tagged))
+    kept: list[dict[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    for path, reason, tagged in entries:
+        deeper = any(other[: len(path)] == path and len(other) > len(path) for other, _, _ in entries)
+        if tagged and deeper:
+            continue
+        key = (".".join(path), reason)
+        if key not in seen:
+            seen.add(key)
+            kept.append({"field": key[0], "reason": reason})
+    return kept
+
+
+def install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(Problem)
+    async def _problem(request: Request, problem: Problem) -> JSONResponse:
+        return problem_response(problem, request)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, error: RequestValidationError) -> JSONResponse:
+        errors = validation_errors(list(error.errors()))
+        detail = "; ".join(f"{e['field']}: {e['reason']}" for e in errors) or "the request is invalid"
+        problem = Problem(422, "Invalid request", detail, slug="invalid-request", errors=errors)
+        return problem_response(problem, request)
+
+    @app.exception_handler(SpecError)
+    async def _spec(request: Request, error: SpecError) -> JSONResponse:
+        return problem_response(from_spec_error(error, "body"), request)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        title = {404: "Not found", 405: "Method not allowed"}.get(error.status_code, "Error")
+        detail = str(error.detail)
+        if error.status_code == 404 and detail == "Not Found":
+            detail = f"no resource at {request.url.path}"
+        problem = Problem(error.status_code, title, detail, headers=dict(error.headers or {}))
+        return problem_response(problem, request)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, error: Exception) -> JSONResponse:
+        logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        problem = Problem(500, "Internal error", "the service failed; the error is logged", slug="internal")
+        return problem_response(problem, request)

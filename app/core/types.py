@@ -1,0 +1,17 @@
+"""Field types shared by request schemas: strict JSON numbers with bounds that keep the solver sane."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+# Integers must be JSON integers: `true` or "8" is an error, not 1 or 8.
+PositiveInt = Annotated[int, Field(strict=True, ge=1)]
+NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
+# An upper bound on structural sizes keeps a typo (1e12 layers) from becoming a minutes-long solve.
+Size = Annotated[int, Field(strict=True, ge=1, le=2**24)]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+EntryName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]

@@ -1,0 +1,33 @@
+"""Which solver answered: stored with every plan and part of its idempotency key."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import solver
+
+
+@dataclass(frozen=True)
+class Versions:
+    solver: str
+    ortools: str
+
+
+def _installed(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def current_versions() -> Versions:
+    """The package version plus a digest of the solver's source files, so a changed cost model
+    or optimizer never answers from a plan stored by the previous one."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(solver.__file__).parent.glob("*.py")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return Versions(solver=f"{_installed('partitura')}+{digest.hexdigest()[:12]}", ortools=_installed("ortools"))

@@ -1,0 +1,55 @@
+"""Evaluate one configuration: resolve the request's specs, then ask ``solver.evaluate``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.catalog.service import resolve
+from app.core.problems import from_spec_error, invalid_field
+from app.evaluations.schemas import EvaluationRequest, Training
+from solver.errors import SpecError
+from solver.evaluate import evaluate
+from solver.execution import TrainingSpec
+from solver.hardware import ClusterSpec
+from solver.search_types import parallel_from_dict
+
+
+def training_spec(training: Training) -> TrainingSpec:
+    try:
+        return TrainingSpec(
+            global_batch_size=training.global_batch_size,
+            seq_length=training.seq_length,
+            precision=training.precision,
+            optimizer=training.optimizer,
+            train_tokens=training.train_tokens,
+            flash_attention=training.flash_attention,
+        )
+    except SpecError as error:
+        raise from_spec_error(error, "body") from None
+
+
+def check_num_gpus(num_gpus: int | None, cluster: ClusterSpec) -> int:
+    """The request's GPU count, defaulting to the whole cluster; more than it has is an error."""
+    if num_gpus is None:
+        return cluster.num_gpus
+    if num_gpus > cluster.num_gpus:
+        raise invalid_field(
+            "body.num_gpus", f"the cluster {cluster.name!r} has {cluster.num_gpus} GPUs, {num_gpus} were asked for"
+        )
+    return num_gpus
+
+
+def evaluate_configuration(session: Session, body: EvaluationRequest) -> dict[str, Any]:
+    resolved = resolve(session, body.model, body.cluster)
+    # The read is over: release the connection (and SQLite's lock) before computing.
+    session.rollback()
+    training = training_spec(body.training)
+    num_gpus = check_num_gpus(body.num_gpus, resolved.cluster)
+    try:
+        parallel = parallel_from_dict(body.parallel.model_dump())
+        result = evaluate(resolved.model, resolved.cluster, training, parallel, num_gpus=num_gpus)
+    except SpecError as error:
+        raise from_spec_error(error, "body") from None
+    return result.to_dict()

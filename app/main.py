@@ -1,0 +1,102 @@
+"""The ASGI application: ``create_app(settings)`` wires routers, error handlers, metrics, the
+database and the solver pool. ``partitura serve`` runs it with uvicorn."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, Response
+from fastapi.routing import APIRoute
+
+from app.catalog.router import router as catalog_router
+from app.core.config import Settings
+from app.core.db import make_engine, make_sessionmaker
+from app.core.metrics import Metrics
+from app.core.migrate import head_revision
+from app.core.problems import install_handlers
+from app.core.solver_pool import SolverPool
+from app.core.versions import current_versions
+from app.evaluations.router import router as evaluations_router
+from app.health.router import router as health_router
+from app.plans.router import router as plans_router
+
+DESCRIPTION = """Partitura plans how to split transformer training over a GPU cluster: data,
+tensor and pipeline parallel degrees, ZeRO stage, micro-batch size and recomputation.
+`POST /v1/evaluations` predicts one configuration; `POST /v1/plans` searches for the best ones.
+Errors are RFC 9457 problem documents."""
+
+OPTIONAL_ROUTERS = ("app.profiles.router",)  # added by other modules when they exist
+
+
+def _operation_id(route: APIRoute) -> str:
+    return route.operation_id or route.name
+
+
+def _include_optional_routers(app: FastAPI) -> None:
+    for module_name in OPTIONAL_ROUTERS:
+        try:
+            found = importlib.util.find_spec(module_name) is not None
+        except ModuleNotFoundError:
+            found = False
+        if found:
+            app.include_router(importlib.import_module(module_name).router)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings.from_env()
+    engine = make_engine(settings.database_url)
+    pool = SolverPool(settings.solver_workers, settings.solver_queue_depth, settings.retry_after_s)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            pool.shutdown()
+            engine.dispose()
+
+    app = FastAPI(
+        title="Partitura",
+        version="1.0.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        generate_unique_id_function=_operation_id,
+        openapi_tags=[
+            {"name": "plans", "description": "Search for parallel configurations; stored and idempotent"},
+            {"name": "evaluations", "description": "Evaluate one configuration"},
+            {"name": "catalog", "description": "GPUs, models and clusters"},
+            {"name": "operations", "description": "Health, readiness, metrics"},
+        ],
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.sessionmaker = make_sessionmaker(engine)
+    app.state.solver_pool = pool
+    app.state.metrics = Metrics()
+    app.state.versions = current_versions()
+    app.state.migration_head = head_revision()
+
+    install_handlers(app)
+    app.include_router(plans_router)
+    app.include_router(evaluations_router)
+    app.include_router(catalog_router)
+    app.include_router(health_router)
+    _include_optional_routers(app)
+
+    @app.middleware("http")
+    async def record_latency(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        started_s = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        template = getattr(route, "path", "unmatched")
+        app.state.metrics.request_duration_s.labels(
+            method=request.method, route=template, status=str(response.status_code)
+        ).observe(time.perf_counter() - started_s)
+        app.state.metrics.solver_slots_in_use.set(pool.in_use)
+        return response
+
+    return app

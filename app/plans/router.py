@@ -1,0 +1,70 @@
+"""/v1/plans: search for plans, read, list and delete them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request, Response, status
+
+from app.core.deps import MetricsDep, SessionDep, SettingsDep, SolverPoolDep
+from app.core.openapi import PROBLEM_RESPONSES, SOLVER_RESPONSES
+from app.plans import service
+from app.plans.schemas import Plan, PlanList, PlanRequest
+
+router = APIRouter(prefix="/v1/plans", tags=["plans"], responses=PROBLEM_RESPONSES)
+
+
+@router.post(
+    "",
+    operation_id="create_plan",
+    response_model=Plan,
+    status_code=status.HTTP_201_CREATED,
+    responses={
+        200: {"model": Plan, "description": "This exact request was planned before: the stored plan"},
+        **SOLVER_RESPONSES,
+    },
+)
+def create_plan(
+    body: PlanRequest,
+    request: Request,
+    response: Response,
+    session: SessionDep,
+    pool: SolverPoolDep,
+    metrics: MetricsDep,
+    settings: SettingsDep,
+) -> dict:
+    """Search for the best parallel configurations. An infeasible request is a result (status
+    "infeasible" with an explanation), not an error."""
+    outcome = service.create_plan(session, pool, metrics, settings, request.app.state.versions, body)
+    session.commit()
+    response.headers["Location"] = f"/v1/plans/{outcome.document['id']}"
+    if not outcome.created:
+        response.status_code = status.HTTP_200_OK
+    return outcome.document
+
+
+@router.get("", operation_id="list_plans", response_model=PlanList)
+def list_plans(
+    session: SessionDep,
+    model: Annotated[str | None, Query(description="only plans for this model name")] = None,
+    cluster: Annotated[str | None, Query(description="only plans for this cluster name")] = None,
+    plan_status: Annotated[
+        Literal["succeeded", "infeasible"] | None, Query(alias="status", description="only plans with this status")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=service.MAX_PAGE_SIZE)] = 20,
+    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+) -> dict:
+    """Plans, newest first, a page at a time."""
+    return service.list_plans(session, limit, cursor, model, cluster, plan_status)
+
+
+@router.get("/{plan_id}", operation_id="get_plan", response_model=Plan)
+def get_plan(plan_id: str, session: SessionDep) -> dict:
+    return service.get_plan(session, plan_id)
+
+
+@router.delete("/{plan_id}", operation_id="delete_plan", status_code=status.HTTP_204_NO_CONTENT)
+def delete_plan(plan_id: str, session: SessionDep) -> Response:
+    service.delete_plan(session, plan_id)
+    session.commit()
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

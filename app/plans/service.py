@@ -1,0 +1,252 @@
+"""Plans: resolve and normalise a request, search in the solver pool, store idempotently."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.catalog.service import Resolved, resolve
+from app.core.config import Settings
+from app.core.db import utc_now
+from app.core.metrics import Metrics
+from app.core.problems import Problem, from_spec_error, invalid_field, not_found
+from app.core.solver_pool import SolverPool, SolverSaturated, SolverUnavailable
+from app.core.versions import Versions
+from app.evaluations.service import check_num_gpus, training_spec
+from app.plans import repository
+from app.plans.models import Plan, PlanCandidate
+from app.plans.schemas import PlanRequest
+from app.plans.worker import run_search
+from solver.errors import SpecError
+from solver.search_types import Constraints, Objective, SearchRequest
+
+MAX_PAGE_SIZE = 100
+
+
+@dataclass(frozen=True)
+class PlanOutcome:
+    document: dict[str, Any]
+    created: bool  # False: an identical request was planned before; this is the stored plan
+
+
+def normalise(body: PlanRequest, time_budget_s: float) -> dict[str, Any]:
+    """The request with defaults filled in and unset options dropped: equal requests are equal
+    documents, whatever optional fields the client spelled out."""
+    request = body.model_dump(mode="json", exclude_none=True)
+    request["time_budget_s"] = time_budget_s
+    request.setdefault("constraints", {})
+    return request
+
+
+def request_hash(request: dict[str, Any], snapshot: dict[str, Any], versions: Versions) -> str:
+    """SHA-256 over the normalised request, the catalog entries it resolved to and the solver
+    version: the same question to the same solver gets the same stored answer."""
+    canonical = json.dumps(
+        {"request": request, "catalog": snapshot, "solver": versions.solver, "ortools": versions.ortools},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _search_request(body: PlanRequest, resolved: Resolved, time_budget_s: float) -> SearchRequest:
+    if body.num_gpus is not None:
+        check_num_gpus(body.num_gpus, resolved.cluster)
+    try:
+        constraints = Constraints.parse(body.constraints.model_dump(exclude_none=True))
+        return SearchRequest(
+            model=resolved.model,
+            cluster=resolved.cluster,
+            training=training_spec(body.training),
+            num_gpus=body.num_gpus,
+            objective=Objective(body.objective),
+            constraints=constraints,
+            top_k=body.top_k,
+            deadline_s=body.deadline_s,
+            gpu_hour_price_usd=body.gpu_hour_price_usd,
+            time_budget_s=time_budget_s,
+        )
+    except SpecError as error:
+        raise from_spec_error(error, "body") from None
+
+
+def _plan_row(
+    request: dict[str, Any], resolved: Resolved, result: dict[str, Any], versions: Versions, digest: str
+) -> Plan:
+    search = dict(result.get("search") or {})
+    plan = Plan(
+        id=str(uuid.uuid4()),
+        created_at=utc_now(),
+        request_hash=digest,
+        status=result["status"],
+        model_name=resolved.model.name,
+        cluster_name=resolved.cluster.name,
+        objective=request["objective"],
+        num_gpus=request.get("num_gpus") or resolved.cluster.num_gpus,
+        timed_out=bool(search.get("timed_out", False)),
+        request=request,
+        catalog_snapshot=resolved.snapshot,
+        solver_version=versions.solver,
+        ortools_version=versions.ortools,
+        search_stats=search,
+        explanation=result.get("explanation"),
+    )
+    for candidate in result.get("candidates") or []:
+        prediction = candidate.get("prediction") or {}
+        memory = candidate.get("memory") or {}
+        plan.candidates.append(
+            PlanCandidate(
+                rank=candidate["rank"],
+                step_time_s=prediction.get("step_time_s"),
+                tokens_per_s=prediction.get("tokens_per_s"),
+                peak_memory_gib=memory.get("peak_gib"),
+                parallel=candidate["parallel"],
+                document=candidate,
+            )
+        )
+    return plan
+
+
+def plan_document(plan: Plan) -> dict[str, Any]:
+    candidates = [c.document for c in sorted(plan.candidates, key=lambda c: c.rank)]
+    return {
+        "id": plan.id,
+        "created_at": plan.created_at,
+        "status": plan.status,
+        "timed_out": plan.timed_out,
+        "request": plan.request,
+        "best": candidates[0] if candidates else None,
+        "candidates": candidates,
+        "search": plan.search_stats,
+        "explanation": plan.explanation,
+        "catalog_snapshot": plan.catalog_snapshot,
+        "versions": {"solver": plan.solver_version, "ortools": plan.ortools_version},
+    }
+
+
+def _solve(pool: SolverPool, metrics: Metrics, settings: Settings, search_request: SearchRequest) -> dict[str, Any]:
+    started_s = time.perf_counter()
+    try:
+        outcome = pool.run(run_search, search_request, timeout_s=search_request.time_budget_s + settings.solver_grace_s)
+    except SolverSaturated as busy:
+        metrics.solver_rejections.inc()
+        raise Problem(
+            503, "Solver busy", f"all {pool.capacity} solver slots are taken; retry in {busy.retry_after_s} s",
+            slug="solver-saturated", headers={"Retry-After": str(busy.retry_after_s)},
+        ) from None
+    except SolverUnavailable as error:
+        metrics.solve_duration_s.labels(outcome="unavailable").observe(time.perf_counter() - started_s)
+        raise Problem(
+            503, "Solver unavailable", str(error), slug="solver-unavailable",
+            headers={"Retry-After": str(settings.retry_after_s)},
+        ) from None
+    if "spec_error" in outcome:
+        metrics.solve_duration_s.labels(outcome="invalid").observe(time.perf_counter() - started_s)
+        error = outcome["spec_error"]
+        raise invalid_field(f"body.{error['field']}", error["reason"])
+    result = outcome["result"]
+    metrics.solve_duration_s.labels(outcome=result["status"]).observe(time.perf_counter() - started_s)
+    return result
+
+
+def create_plan(
+    session: Session, pool: SolverPool, metrics: Metrics, settings: Settings, versions: Versions, body: PlanRequest
+) -> PlanOutcome:
+    """Answer a plan request: the stored plan if this exact request was planned before,
+    otherwise search and store. Leaves the new plan flushed, for the caller to commit."""
+    time_budget_s = min(body.time_budget_s or settings.plan_time_budget_s, settings.plan_time_budget_s)
+    resolved = resolve(session, body.model, body.cluster)
+    request = normalise(body, time_budget_s)
+    digest = request_hash(request, resolved.snapshot, versions)
+    search_request = _search_request(body, resolved, time_budget_s)
+
+    stored = repository.get_by_hash(session, digest)
+    if stored is not None:
+        return PlanOutcome(plan_document(stored), created=False)
+    # End the read transaction before the search: no lock or connection is held while solving.
+    session.rollback()
+
+    result = _solve(pool, metrics, settings, search_request)
+    plan = _plan_row(request, resolved, result, versions, digest)
+    try:
+        repository.add(session, plan)
+    except IntegrityError:
+        # An identical request stored its plan while this one was solving: answer with that one.
+        session.rollback()
+        stored = repository.get_by_hash(session, digest)
+        if stored is None:
+            raise
+        return PlanOutcome(plan_document(stored), created=False)
+    metrics.plans_created.labels(status=plan.status).inc()
+    return PlanOutcome(plan_document(plan), created=True)
+
+
+def _unknown_plan(session: Session, plan_id: str) -> Problem:
+    return not_found("plan", plan_id, repository.ids_starting_with(session, plan_id[:8]))
+
+
+def get_plan(session: Session, plan_id: str) -> dict[str, Any]:
+    plan = repository.get(session, plan_id)
+    if plan is None:
+        raise _unknown_plan(session, plan_id)
+    return plan_document(plan)
+
+
+def delete_plan(session: Session, plan_id: str) -> None:
+    plan = repository.get(session, plan_id)
+    if plan is None:
+        raise _unknown_plan(session, plan_id)
+    repository.delete(session, plan)
+
+
+def encode_cursor(plan: Plan) -> str:
+    raw = json.dumps({"created_at": plan.created_at.isoformat(), "id": plan.id}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        raw = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        created_at = datetime.fromisoformat(raw["created_at"])
+        plan_id = str(raw["id"])
+        if created_at.tzinfo is None:
+            raise ValueError("naive timestamp")
+        return created_at, plan_id
+    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise invalid_field("query.cursor", "is not a cursor this service issued") from None
+
+
+def list_plans(
+    session: Session, limit: int, cursor: str | None, model: str | None, cluster: str | None, status: str | None
+) -> dict[str, Any]:
+    after = decode_cursor(cursor) if cursor else None
+    rows = repository.page(session, limit + 1, after, model=model, cluster=cluster, status=status)
+    page, more = rows[:limit], len(rows) > limit
+    best = repository.best_candidates(session, [plan.id for plan in page])
+    items = [
+        {
+            "id": plan.id,
+            "created_at": plan.created_at,
+            "status": plan.status,
+            "model": plan.model_name,
+            "cluster": plan.cluster_name,
+            "objective": plan.objective,
+            "num_gpus": plan.num_gpus,
+            "timed_out": plan.timed_out,
+            "best_parallel": best.get(plan.id, {}).get("parallel"),
+            "best_tokens_per_s": best.get(plan.id, {}).get("tokens_per_s"),
+        }
+        for plan in page
+    ]
+    return {"items": items, "next_cursor": encode_cursor(page[-1]) if more else None}

@@ -1,0 +1,22 @@
+"""The function the solver pool runs in a worker process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from solver.errors import SpecError
+from solver.search_types import SearchRequest
+
+
+def run_search(request: SearchRequest) -> dict[str, Any]:
+    """``{"result": SearchResult.to_dict()}``, or ``{"spec_error": {"field", "reason"}}``.
+
+    SpecError does not survive pickling (its constructor takes two arguments), so it travels
+    back as data.
+    """
+    from solver.search import search  # imported in the worker: the parent never loads OR-Tools
+
+    try:
+        return {"result": search(request).to_dict()}
+    except SpecError as error:
+        return {"spec_error": {"field": error.field, "reason": error.reason}}
