@@ -602,7 +602,7 @@ def import_pipedream(
         members = body[start:start + count]
         start += count
         kind = LayerKind.EMBEDDING if group == 0 else LayerKind.HEAD if group == expected - 1 else LayerKind.TRANSFORMER
-        name = "embedding" if kind is LayerKind.EMBEDDING else "head" if kind is LayerKind.HEAD else f"layer{group - 1}"
+        name = "embedding" if kind is LayerKind.EMBEDDING else "head" if kind is LayerKind.HEAD else f"layer.{group - 1}"
         output = sum(activation_of[n] for n in crossing[group]) if crossing[group] else members[-1].activation_bytes
         checkpoint = input_bytes if group == 0 else layers[-1].output_bytes
         parameters = sum(node.parameter_bytes for node in members) / parameter_bytes_per_value

@@ -52,8 +52,8 @@ def _profile(tp_size: int = 1, micro_batch_size: int = 1, scale: float = 1.0, **
         device="cpu",
         layers=(
             _layer("embedding", LayerKind.EMBEDDING, 0.5 * scale, **layer_extra),
-            _layer("layer0", LayerKind.TRANSFORMER, scale, **layer_extra),
-            _layer("layer1", LayerKind.TRANSFORMER, scale, **layer_extra),
+            _layer("layer.0", LayerKind.TRANSFORMER, scale, **layer_extra),
+            _layer("layer.1", LayerKind.TRANSFORMER, scale, **layer_extra),
             _layer("head", LayerKind.HEAD, 3 * scale, **layer_extra),
         ),
     )
@@ -112,7 +112,7 @@ def test_optional_fields_take_documented_defaults():
         (lambda d: d["layers"][2].update(parameter_bytes=7), "layers[2].parameter_bytes"),
         (lambda d: [d["layers"][2].pop(k) for k in ("parameter_bytes", "parameter_count")], "layers[2].parameter_count"),
         (lambda d: d["layers"][2].update(speed=1), "layers[2].speed"),
-        (lambda d: d["layers"][2].update(name="layer0"), "layers[2].name"),
+        (lambda d: d["layers"][2].update(name="layer.0"), "layers[2].name"),
         (lambda d: d["layers"][0].update(kind="transformer"), "layers[0].kind"),
         (lambda d: d["layers"].pop(1), "layers"),  # one transformer layer short of num_layers
         (lambda d: d["layers"][1].update(origin="guessed"), "layers[1].origin"),

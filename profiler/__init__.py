@@ -1,0 +1,11 @@
+"""Measure a model's per-layer profile and a GPU's efficiency curve with PyTorch.
+
+``profiler.layers`` builds one GPU's share of each layer (embedding, transformer block, head) from
+a ``ModelSpec``; ``profiler.measure`` times forward and backward of each and counts the bytes
+autograd keeps, producing a ``partitura-profile/1`` document (``solver.profile_io``);
+``profiler.calibrate`` measures GEMM efficiency and memory bandwidth for a catalog override;
+``profiler.cli`` adds ``partitura profile`` and ``partitura calibrate``.
+
+PyTorch is an optional extra (``pip install .[profile]``): importing this package does not import
+torch; the submodules that need it do.
+"""

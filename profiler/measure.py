@@ -1,0 +1,269 @@
+"""Time each layer's forward and backward and count the bytes autograd keeps for backward.
+
+Method (one layer at a time, so a large model's layers need not fit together):
+- warm-up: ``warmup`` forward+backward passes (allocator, kernel selection, caches);
+- timing: ``repeats`` passes, each timing the forward and the backward separately; the profile
+  holds the median. On a GPU the times come from CUDA events around the work on the current
+  stream (no host overhead between kernels counted twice); on a CPU from ``time.perf_counter``.
+  Backward starts from a random output gradient (the head from its loss), and parameter
+  gradients accumulate as they do across micro-batches;
+- activation bytes: one extra forward under ``torch.autograd.graph.saved_tensors_hooks``; every
+  tensor autograd saves is counted once per underlying storage (a view keeps its whole storage
+  alive), parameters and buffers excluded (they are weights, not activations). The same is done
+  with the attention core checkpointed (selective recompute) for ``selective_activation_bytes``;
+- ``selective_recompute_s``: the median forward time of the attention core alone, the extra
+  work selective recomputation adds in backward (Korthikanti et al. 2022, Sec 5).
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from profiler.layers import EmbeddingLayer, HeadLayer, ShardShape, TransformerBlock
+from solver.errors import SpecError
+from solver.execution import Precision
+from solver.model import ModelSpec, PositionEmbedding
+from solver.profile import LayerKind, LayerProfile, ModelProfile, Origin
+from solver.profile_io import ProfileDocument
+
+DTYPES = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}
+TOKEN_ID_DTYPE = torch.int64  # token ids and targets, 8 bytes each
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    """How to measure: the configuration (one micro-batch, one GPU of tp_size) and the method."""
+
+    micro_batch_size: int = 1
+    seq_length: int | None = None  # None: the model's seq_length
+    tp_size: int = 1
+    precision: Precision = Precision.BF16
+    device: str = "cpu"
+    flash_attention: bool = True
+    warmup: int = 3
+    repeats: int = 10
+    seed: int = 0
+
+    def check(self, model: ModelSpec) -> None:
+        for name in ("micro_batch_size", "tp_size", "repeats"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SpecError(name, f"must be a positive integer, got {value!r}")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
+            raise SpecError("warmup", f"must be a non-negative integer, got {self.warmup!r}")
+        seq = self.seq_length if self.seq_length is not None else model.seq_length
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+            raise SpecError("seq_length", f"must be a positive integer, got {seq!r}")
+        if model.position_embedding is PositionEmbedding.LEARNED and seq > model.seq_length:
+            raise SpecError("seq_length", f"{seq} exceeds the model's learned positions ({model.seq_length})")
+        if Precision(self.precision) not in DTYPES:
+            raise SpecError(
+                "precision",
+                f"{Precision(self.precision).value} layers cannot be built with plain PyTorch; profile in bf16 "
+                "and let derive_profile carry it to fp8 with the analytic ratios",
+            )
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise SpecError("device", "CUDA was asked for but torch.cuda.is_available() is False")
+
+
+def device_name(device: torch.device) -> str:
+    """The device as the framework names it (``torch.cuda.get_device_name``; CPU: its model)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    processor = platform.processor() or platform.machine()
+    return f"cpu ({processor}, {torch.get_num_threads()} threads)"
+
+
+class _Timer:
+    """Seconds taken by a callable: CUDA events on a GPU, perf_counter on a CPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def __call__(self, work: Callable[[], object]) -> tuple[float, object]:
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            result = work()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1000.0, result  # elapsed_time is in ms
+        began = time.perf_counter()
+        result = work()
+        return time.perf_counter() - began, result
+
+
+def _kept_bytes(forward: Callable[[], object], module: torch.nn.Module) -> int:
+    """Bytes of the distinct storages autograd saves during ``forward`` (weights excluded)."""
+    weights = {t.untyped_storage().data_ptr() for t in list(module.parameters()) + list(module.buffers())}
+    storages: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in weights:
+            storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        output = forward()
+    del output
+    return sum(storages.values())
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.nelement() * tensor.element_size()
+
+
+def _measure(
+    module: torch.nn.Module,
+    forward: Callable[[], torch.Tensor],
+    backward: Callable[[torch.Tensor], None],
+    settings: ProfileSettings,
+    timer: _Timer,
+) -> tuple[float, float]:
+    """Median forward and backward seconds of ``module`` after warm-up."""
+    for _ in range(settings.warmup):
+        backward(forward())
+    forward_s, backward_s = [], []
+    for _ in range(settings.repeats):
+        seconds, output = timer(forward)
+        forward_s.append(seconds)
+        seconds, _ = timer(lambda: backward(output))
+        backward_s.append(seconds)
+        del output
+    return statistics.median(forward_s), statistics.median(backward_s)
+
+
+def _parameters(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def profile_model(model: ModelSpec, settings: ProfileSettings) -> ProfileDocument:
+    """Measure every layer of ``model`` at ``settings``; returns a ``partitura-profile/1`` document.
+
+    Times in seconds per micro-batch on one GPU of the TP group (no TP communication), bytes per
+    micro-batch; see the module docstring for the method.
+    """
+    settings.check(model)
+    precision = Precision(settings.precision)
+    dtype = DTYPES[precision]
+    device = torch.device(settings.device)
+    seq = settings.seq_length if settings.seq_length is not None else model.seq_length
+    batch = settings.micro_batch_size
+    shard = ShardShape.of(model, settings.tp_size)
+    generator = torch.Generator(device="cpu").manual_seed(settings.seed)
+    torch.manual_seed(settings.seed)
+    timer = _Timer(device)
+
+    def random(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator).to(device=device, dtype=dtype)
+
+    def token_ids(vocab: int) -> torch.Tensor:
+        return torch.randint(0, vocab, (batch, seq), generator=generator, dtype=TOKEN_ID_DTYPE).to(device)
+
+    hidden_shape = (batch, seq, shard.hidden_size)
+    layers: list[LayerProfile] = []
+
+    # Embedding: token ids in, hidden states out.
+    embedding = EmbeddingLayer(model, shard).to(device=device, dtype=dtype)
+    ids = token_ids(shard.vocab_size)
+    grad = random(*hidden_shape)
+    forward_s, backward_s = _measure(
+        embedding, lambda: embedding(ids), lambda out: out.backward(grad), settings, timer
+    )
+    kept = _kept_bytes(lambda: embedding(ids), embedding)
+    layers.append(
+        LayerProfile(
+            name="embedding", kind=LayerKind.EMBEDDING, forward_s=forward_s, backward_s=backward_s,
+            parameter_count=_parameters(embedding), activation_bytes=kept, selective_activation_bytes=kept,
+            checkpoint_bytes=_nbytes(ids), output_bytes=_nbytes(grad), origin=Origin.MEASURED,
+        )
+    )
+    del embedding
+
+    for index in range(model.num_layers):
+        block = TransformerBlock(model, shard, seq, settings.flash_attention).to(device=device, dtype=dtype)
+        x = random(*hidden_shape).requires_grad_(True)
+        grad = random(*hidden_shape)
+
+        def block_backward(out: torch.Tensor) -> None:
+            out.backward(grad)
+            x.grad = None
+
+        forward_s, backward_s = _measure(block, lambda: block(x), block_backward, settings, timer)
+        kept = _kept_bytes(lambda: block(x), block)
+        block.selective = True
+        selective_kept = _kept_bytes(lambda: block(x), block)
+        block.selective = False
+        with torch.no_grad():
+            q, k, v = block.qkv_heads(x)
+        q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+        core_s = []
+        for repeat in range(settings.warmup + settings.repeats):
+            seconds, _ = timer(lambda: block.core(q, k, v))
+            if repeat >= settings.warmup:
+                core_s.append(seconds)
+        layers.append(
+            LayerProfile(
+                name=f"layer.{index}", kind=LayerKind.TRANSFORMER, forward_s=forward_s, backward_s=backward_s,
+                parameter_count=_parameters(block), activation_bytes=kept,
+                selective_activation_bytes=min(selective_kept, kept), checkpoint_bytes=_nbytes(x),
+                output_bytes=_nbytes(x), selective_recompute_s=statistics.median(core_s),
+                origin=Origin.MEASURED,
+            )
+        )
+        del block, x, q, k, v
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    head = HeadLayer(model, shard).to(device=device, dtype=dtype)
+    x = random(*hidden_shape).requires_grad_(True)
+    targets = token_ids(shard.vocab_size)
+
+    def head_backward(loss: torch.Tensor) -> None:
+        loss.backward()
+        x.grad = None
+
+    forward_s, backward_s = _measure(head, lambda: head(x, targets), head_backward, settings, timer)
+    kept = _kept_bytes(lambda: head(x, targets), head)
+    layers.append(
+        LayerProfile(
+            name="head", kind=LayerKind.HEAD, forward_s=forward_s, backward_s=backward_s,
+            parameter_count=_parameters(head), activation_bytes=kept, selective_activation_bytes=kept,
+            checkpoint_bytes=_nbytes(x), output_bytes=0,  # the loss goes to no further layer
+            origin=Origin.MEASURED,
+        )
+    )
+    profile = ModelProfile(
+        model_name=model.name,
+        tp_size=settings.tp_size,
+        micro_batch_size=batch,
+        seq_length=seq,
+        precision=precision,
+        layers=tuple(layers),
+        device=device_name(device),
+        notes=("measured one GPU's share of each layer; TP communication not included",),
+    )
+    measurement = {
+        "warmup": settings.warmup,
+        "repeats": settings.repeats,
+        "statistic": "median",
+        "timer": "cuda_events" if device.type == "cuda" else "perf_counter",
+        "torch_version": torch.__version__,
+        "cpu_threads": torch.get_num_threads(),
+        "seed": settings.seed,
+    }
+    return ProfileDocument(
+        model=model,
+        profile=profile,
+        sequence_parallel=False,
+        flash_attention=settings.flash_attention,
+        source=f"partitura profile (torch {torch.__version__})",
+        measurement=measurement,
+    )
