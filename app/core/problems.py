@@ -114,7 +114,11 @@ def validation_errors(raw_errors: list[dict[str, Any]]) -> list[dict[str, str]]:
         tagged = any(_is_union_tag(p) for p in loc[1:])
         path = tuple(p for i, p in enumerate(loc) if i == 0 or not _is_union_tag(p))
         reason = str(error.get("msg", "is invalid"))
-        if error.get("type") == "missing":
+        if error.get("type") == "json_invalid":
+            position = loc[1] if len(loc) > 1 else "?"
+            path = loc[:1]
+            reason = f"is not valid JSON (error at character {position}: {error.get('ctx', {}).get('error', 'invalid')})"
+        elif error.get("type") == "missing":
             reason = "is required"
         elif error.get("type") == "extra_forbidden":
             reason = "is not a known field"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,7 +48,7 @@ class Parallel(BaseModel):
     dp_size: PositiveInt = 1
     tp_size: PositiveInt = 1
     pp_size: PositiveInt = 1
-    zero_stage: Literal[0, 1, 2, 3] = 0
+    zero_stage: Annotated[int, Field(strict=True, ge=0, le=3)] = 0
     micro_batch_size: PositiveInt = 1
     recompute: Literal["none", "selective", "full"] = "none"
     virtual_stages: PositiveInt = 1
