@@ -1,7 +1,7 @@
 """``partitura profile`` and ``partitura calibrate``.
 
 ``register(subparsers)`` adds both commands to the service CLI's argparse sub-parsers; each sets
-``func`` to a handler taking the parsed namespace and returning an exit status. torch is imported
+``handler`` to a callable taking the parsed namespace and returning an exit status. torch is imported
 only when a command runs, so the CLI stays usable without the ``profile`` extra.
 """
 
@@ -42,7 +42,7 @@ def register(subparsers: Any) -> None:
     profile.add_argument("--threads", type=int, default=None, help="CPU threads for torch (CPU runs)")
     profile.add_argument("--output", "-o", default=None, help="file to write (default: standard output)")
     profile.add_argument("--upload", default=None, metavar="URL", help="POST the profile to URL/v1/profiles")
-    profile.set_defaults(func=run_profile)
+    profile.set_defaults(handler=run_profile)
 
     calibrate = subparsers.add_parser(
         "calibrate", help="measure GEMM efficiency and memory bandwidth; write a catalog override",
@@ -58,7 +58,7 @@ def register(subparsers: Any) -> None:
     calibrate.add_argument("--repeats", type=int, default=10)
     calibrate.add_argument("--threads", type=int, default=None, help="CPU threads for torch (CPU runs)")
     calibrate.add_argument("--output", "-o", default=None, help="file to write (default: standard output)")
-    calibrate.set_defaults(func=run_calibrate)
+    calibrate.set_defaults(handler=run_calibrate)
 
 
 def load_model(reference: str):
@@ -226,4 +226,4 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="partitura")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    return args.func(args)
+    return args.handler(args)
