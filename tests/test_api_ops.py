@@ -1,0 +1,86 @@
+"""Liveness, readiness, metrics, the OpenAPI document and unknown routes."""
+
+from __future__ import annotations
+
+import httpx
+
+from app.core.config import Settings
+from conftest import assert_problem, server_settings, start_server
+
+
+def test_healthz(api):
+    assert api.get("/healthz").json() == {"status": "ok"}
+
+
+def test_readyz_reports_the_migrated_database(api):
+    response = api.get("/readyz")
+    assert response.status_code == 200
+    assert response.json()["status"] == "ready"
+
+
+def test_readyz_is_503_on_a_database_without_migrations(tmp_path):
+    server = start_server(server_settings(f"sqlite:///{tmp_path / 'empty.db'}"))
+    try:
+        with httpx.Client(base_url=server.base_url) as client:
+            assert client.get("/healthz").status_code == 200
+            problem = assert_problem(client.get("/readyz"), 503)
+            assert "partitura db upgrade" in problem["detail"]
+    finally:
+        server.stop()
+
+
+def test_metrics_in_prometheus_text(api):
+    api.get("/v1/catalog/gpus")
+    response = api.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    assert 'partitura_http_request_duration_seconds_count{method="GET",route="/v1/catalog/gpus",status="200"}' in text
+    assert "# TYPE partitura_solve_duration_seconds histogram" in text
+    assert 'partitura_plans{status="succeeded"}' in text
+    assert 'partitura_plans{status="infeasible"}' in text
+
+
+def test_unknown_route_is_a_problem_document(api):
+    problem = assert_problem(api.get("/v1/nothing-here"), 404)
+    assert "/v1/nothing-here" in problem["detail"]
+    assert_problem(api.put("/v1/plans"), 405)
+
+
+def test_openapi_has_clean_operation_ids_tags_and_examples(api):
+    spec = api.get("/openapi.json").json()
+    operations = {
+        op["operationId"]: (path, method, op) for path, ops in spec["paths"].items() for method, op in ops.items()
+    }
+    assert {
+        "create_plan", "get_plan", "list_plans", "delete_plan", "evaluate_configuration",
+        "list_gpus", "get_gpu", "list_models", "get_model", "create_model", "delete_model",
+        "list_clusters", "get_cluster", "create_cluster", "delete_cluster",
+        "check_liveness", "check_readiness", "get_metrics",
+    } <= set(operations)
+    assert operations["create_plan"][:2] == ("/v1/plans", "post")
+    assert operations["evaluate_configuration"][2]["tags"] == ["evaluations"]
+    schemas = spec["components"]["schemas"]
+    for operation_id, (_, _, op) in operations.items():
+        if "requestBody" in op:
+            ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+            assert schemas[ref].get("examples"), f"{operation_id}: request schema {ref} has no example"
+    for name in ("Training", "Parallel", "Constraints", "ModelSpec", "ClusterSpec", "GpuSpec"):
+        assert schemas[name].get("examples"), name
+    assert {"200", "201", "422", "503"} <= set(operations["create_plan"][2]["responses"])
+
+
+def test_docs_page_is_served(api):
+    response = api.get("/docs")
+    assert response.status_code == 200
+    assert "swagger" in response.text.lower()
+
+
+def test_settings_from_environment():
+    settings = Settings.from_env(
+        {"DATABASE_URL": "postgresql+psycopg://db/x", "PARTITURA_SOLVER_WORKERS": "3", "PARTITURA_PLAN_TIME_BUDGET_S": "12.5"}
+    )
+    assert (settings.database_url, settings.solver_workers, settings.plan_time_budget_s) == (
+        "postgresql+psycopg://db/x", 3, 12.5,
+    )
+    assert Settings.from_env({}).database_url == "sqlite:///./partitura.db"
