@@ -94,6 +94,7 @@ def gpu_spec_from_dict(data: dict[str, Any], field: str = "gpu") -> GpuSpec:
             hbm_bytes_per_s=float(data["hbm_gbytes_per_s"]) * GB_BYTES,
             gemm_efficiency={Precision(k): float(v) for k, v in effs.items()},
             hbm_efficiency=float(data.get("hbm_efficiency", 0.8)),
+            num_sms=int(data.get("num_sms", 108)),
         )
     except KeyError as missing:
         raise SpecError(f"{field}.{missing.args[0]}", "is required") from None

@@ -18,17 +18,19 @@ class GpuSpec:
 
     ``peak_flops_per_s`` holds dense tensor-core peaks per precision (no sparsity);
     ``gemm_efficiency`` the fraction of that peak a large, well-shaped GEMM reaches (measured);
-    ``gemm_saturation_dim`` the GEMM dimension at which a skinny GEMM reaches half of its
-    large-shape efficiency along that dimension (see ``solver.compute``);
+    ``num_sms`` the streaming multiprocessors (compute units) that GEMM tiles are spread over;
+    ``gemm_saturation_dim`` the k (inner dimension) at which a GEMM reaches half of its
+    large-k efficiency (see ``solver.compute``);
     ``hbm_efficiency`` the fraction of HBM bandwidth that streaming element-wise kernels reach.
     """
 
     name: str
-    peak_flops_per_s: dict[Precision, float]
+    peak_flops_per_s: dict[Precision, float] = field(hash=False)
     memory_bytes: int
     hbm_bytes_per_s: float
-    gemm_efficiency: dict[Precision, float]
-    gemm_saturation_dim: float = 64.0
+    gemm_efficiency: dict[Precision, float] = field(hash=False)
+    num_sms: int = 108
+    gemm_saturation_dim: float = 192.0  # CUTLASS A100 fp16 default: 3-stage mainloop x 64-wide k tiles
     hbm_efficiency: float = 0.8
     kernel_launch_s: float = 5e-6
 

@@ -52,10 +52,16 @@ class LayerProfile:
     model_flops: float = 0.0  # useful FLOPs of forward + backward (for MFU), this GPU
     origin: Origin = Origin.ANALYTIC
 
+    def recompute_s(self, full_recompute: bool, selective: bool) -> float:
+        """Extra time of recomputation: a full recompute repeats the forward pass and its TP
+        collectives (half of ``tp_comm_s``: 2 of the 4 per layer, Korthikanti et al. 2022 Sec 4)."""
+        if full_recompute:
+            return self.forward_s + self.tp_comm_s / 2
+        return self.selective_recompute_s if selective else 0.0
+
     def time_s(self, full_recompute: bool, selective: bool) -> float:
         """Forward + backward (+ recompute) time of this layer, TP communication included."""
-        extra = self.forward_s if full_recompute else (self.selective_recompute_s if selective else 0.0)
-        return self.forward_s + self.backward_s + extra + self.tp_comm_s
+        return self.forward_s + self.backward_s + self.tp_comm_s + self.recompute_s(full_recompute, selective)
 
     def kept_bytes(self, full_recompute: bool, selective: bool) -> int:
         if full_recompute:

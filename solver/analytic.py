@@ -1,0 +1,229 @@
+"""The analytic per-layer profile: what each layer costs, derived from the model's shape and the
+GPU, for one micro-batch on one GPU of a tensor-parallel group.
+
+Sources:
+- GEMM shapes and tensor-parallel split: Shoeybi et al. 2019 (Megatron-LM), Narayanan et al. 2021
+  Sec 3.2 (4 all-reduces of b*s*h per layer per micro-batch; scatter/gather p2p of b*s*h/t).
+- Activation bytes kept for backward: Korthikanti et al. 2022 Sec 4 and Table 2
+  (s*b*h*(10 + 24/t + 5*a*s/(h*t)) with TP; /t on everything with sequence parallelism;
+  5*a*s^2*b dropped by selective recompute; 2*s*b*h per layer under full recompute), generalised
+  here to grouped-query attention (K and V of kv_hidden width) and SwiGLU (three ffn-wide tensors).
+- Fused attention (Dao et al. 2022, FlashAttention): no s x s tensor reaches HBM; the backward pass
+  recomputes the scores, which FlashAttention-2 (Dao 2023, Sec 4) runs at ~2.5x the forward time.
+  Causal masking lets the fused kernel skip half of the score blocks.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from solver.comm import all_reduce_s, tp_link
+from solver.compute import elementwise_time_s, gemm_time_s
+from solver.execution import Precision, TrainingSpec
+from solver.flops import (
+    attention_score_flops,
+    embedding_parameter_count,
+    head_parameter_count,
+    layer_forward_gemm_flops,
+    layer_parameter_count,
+    logits_forward_flops,
+    predicted_tokens,
+)
+from solver.hardware import ClusterSpec, GpuSpec
+from solver.model import Architecture, MlpActivation, ModelSpec
+from solver.profile import LayerKind, LayerProfile, ModelProfile
+
+BYTES_16BIT = 2
+BYTES_FP32 = 4
+BACKWARD_TO_FORWARD = 2.0  # dgrad + wgrad GEMMs, each as costly as the forward GEMM
+# Element-wise backward kernels read the saved input and the incoming gradient and write one
+# gradient: three tensor passes against the forward's two.
+ELEMENTWISE_BACKWARD_TO_FORWARD = 1.5
+
+FLASH_BACKWARD_TO_FORWARD = 2.5  # FlashAttention-2 (Dao 2023): backward recomputes the scores
+# Element-wise bytes per score element of unfused attention, forward: fused scale-mask-softmax
+# reads and writes 16 bits (4 bytes), dropout reads and writes 16 bits and a 1-byte mask (5).
+UNFUSED_SCORE_BYTES = 9
+# Element-wise bytes per token x hidden element, forward: two LayerNorms read+write 16 bits (8),
+# two fused bias-dropout-add kernels read 2 tensors, write 1 and a mask (2 x 7 = 14).
+NORM_AND_RESIDUAL_BYTES = 8 + 14
+ELEMENTWISE_KERNELS_PER_LAYER = 8  # norms, residual adds, activation, softmax, dropout
+# Cross-entropy over fp32 logits: convert, max, exp-sum and loss passes (~12 bytes per logit) each way.
+CROSS_ENTROPY_BYTES = 12
+
+
+def _layer_profile(
+    model: ModelSpec, cluster: ClusterSpec, precision: Precision, flash: bool,
+    tp_size: int, micro_batch_size: int, seq_length: int, sequence_parallel: bool, index: int,
+) -> LayerProfile:
+    gpu: GpuSpec = cluster.gpu
+    t, b, s = tp_size, micro_batch_size, seq_length
+    h, a, kv, f = model.hidden_size, model.num_attention_heads, model.kv_hidden_size, model.ffn_hidden_size
+    d = model.head_dim
+    tokens = b * s
+    tokens_local = tokens / t if sequence_parallel else tokens  # tokens that norms/dropout see
+    swiglu = model.mlp_activation is MlpActivation.SWIGLU
+
+    # Forward GEMMs of one TP rank (Megatron column/row parallel split).
+    gemm_forward_s = (
+        gemm_time_s(gpu, precision, tokens, (h + 2 * kv) / t, h)  # fused QKV projection
+        + gemm_time_s(gpu, precision, tokens, h, h / t)  # attention output projection
+        + gemm_time_s(gpu, precision, tokens, (2 if swiglu else 1) * f / t, h)  # up (+ gate)
+        + gemm_time_s(gpu, precision, tokens, h, f / t)  # down
+    )
+    # FP8 applies to the linear layers only (Transformer Engine): attention and the output
+    # layer run in 16 bit.
+    precision16 = Precision.BF16 if precision is Precision.FP8 else precision
+    heads_local = b * a / t
+    if flash:
+        causal = 0.5 if model.architecture is Architecture.DECODER else 1.0
+        attention_forward_s = causal * (
+            gemm_time_s(gpu, precision16, s, s, d, heads_local) + gemm_time_s(gpu, precision16, s, d, s, heads_local)
+        )
+        attention_backward_s = FLASH_BACKWARD_TO_FORWARD * attention_forward_s
+        score_elementwise_s = 0.0
+    else:
+        attention_forward_s = gemm_time_s(gpu, precision16, s, s, d, heads_local) + gemm_time_s(
+            gpu, precision16, s, d, s, heads_local
+        )
+        attention_backward_s = BACKWARD_TO_FORWARD * attention_forward_s
+        score_elementwise_s = elementwise_time_s(gpu, UNFUSED_SCORE_BYTES * heads_local * s * s, kernels=2)
+    activation_fn_bytes = (6 if swiglu else 4) * tokens * f / t
+    other_elementwise_s = elementwise_time_s(
+        gpu, NORM_AND_RESIDUAL_BYTES * tokens_local * h + activation_fn_bytes, kernels=ELEMENTWISE_KERNELS_PER_LAYER
+    )
+    forward_s = gemm_forward_s + attention_forward_s + score_elementwise_s + other_elementwise_s
+    backward_s = (
+        BACKWARD_TO_FORWARD * gemm_forward_s
+        + ELEMENTWISE_BACKWARD_TO_FORWARD * (score_elementwise_s + other_elementwise_s)
+        + attention_backward_s
+    )
+    selective_recompute_s = 0.0 if flash else attention_forward_s + score_elementwise_s
+
+    # 2 all-reduces forward + 2 backward of the b*s*h activation (or the same volume as
+    # all-gather + reduce-scatter pairs with sequence parallelism).
+    tp_comm_s = 4 * all_reduce_s(BYTES_16BIT * tokens * h, t, tp_link(cluster, t)) if t > 1 else 0.0
+
+    # Activation bytes kept for backward (Korthikanti et al. 2022 Table 2, generalised).
+    replicated = 10 * tokens * h  # LN inputs (4), QKV and MLP inputs (4), two dropout masks (2)
+    split = 4 * tokens * h + 4 * tokens * kv + (6 if swiglu else 4) * tokens * f  # Q, out-proj in, K, V, MLP inner
+    scores = 0 if flash else 5 * b * a * s * s  # softmax out, dropout mask, dropout out
+    replicated_local = replicated / t if sequence_parallel else replicated
+    checkpoint = BYTES_16BIT * tokens * h / (t if sequence_parallel else 1)
+    return LayerProfile(
+        name=f"layer.{index}",
+        kind=LayerKind.TRANSFORMER,
+        forward_s=forward_s,
+        backward_s=backward_s,
+        parameter_count=layer_parameter_count(model) // t,
+        activation_bytes=int(replicated_local + (split + scores) / t),
+        selective_activation_bytes=int(replicated_local + split / t),
+        checkpoint_bytes=int(checkpoint),
+        output_bytes=int(BYTES_16BIT * tokens * h / t),
+        selective_recompute_s=selective_recompute_s,
+        tp_comm_s=tp_comm_s,
+        model_flops=3.0 * (layer_forward_gemm_flops(model, tokens) + attention_score_flops(model, b, s)) / t,
+    )
+
+
+def _embedding_profile(
+    model: ModelSpec, cluster: ClusterSpec, tp_size: int, micro_batch_size: int, seq_length: int, sequence_parallel: bool
+) -> LayerProfile:
+    gpu = cluster.gpu
+    t, h = tp_size, model.hidden_size
+    tokens = micro_batch_size * seq_length
+    tokens_local = tokens / t if sequence_parallel else tokens
+    # Row gather (read + write 16 bits) and dropout (read, write, 1-byte mask): 9 bytes per element;
+    # backward scatter-adds the gradient rows into the vocabulary-parallel table.
+    forward_s = elementwise_time_s(gpu, 9 * tokens_local * h, kernels=2)
+    backward_s = elementwise_time_s(gpu, 2 * BYTES_16BIT * tokens * h, kernels=2)
+    # The vocabulary-parallel embedding sums its partial outputs with one all-reduce (forward).
+    tp_comm_s = all_reduce_s(BYTES_16BIT * tokens * h, t, tp_link(cluster, t)) if t > 1 else 0.0
+    mask_bytes = int(tokens_local * h)  # embedding dropout mask (Korthikanti et al. 2022: s*b*h*p/t)
+    return LayerProfile(
+        name="embedding",
+        kind=LayerKind.EMBEDDING,
+        forward_s=forward_s,
+        backward_s=backward_s,
+        parameter_count=embedding_parameter_count(model) // t,
+        activation_bytes=mask_bytes,
+        selective_activation_bytes=mask_bytes,
+        checkpoint_bytes=mask_bytes,
+        output_bytes=int(BYTES_16BIT * tokens * h / t),
+        tp_comm_s=tp_comm_s,
+    )
+
+
+def _head_profile(
+    model: ModelSpec, cluster: ClusterSpec, precision: Precision,
+    tp_size: int, micro_batch_size: int, seq_length: int, sequence_parallel: bool,
+) -> LayerProfile:
+    gpu = cluster.gpu
+    t, h, vocab = tp_size, model.hidden_size, model.vocab_size
+    tokens = micro_batch_size * seq_length
+    tokens_local = tokens / t if sequence_parallel else tokens
+    predicted = predicted_tokens(model, tokens)
+    precision16 = Precision.BF16 if precision is Precision.FP8 else precision  # output layer stays 16-bit
+    gemm_forward_s = gemm_time_s(gpu, precision16, predicted, vocab / t, h)
+    if model.architecture is Architecture.ENCODER:
+        gemm_forward_s += gemm_time_s(gpu, precision16, predicted, h, h)  # BERT's MLM dense transform
+    elementwise_forward_s = elementwise_time_s(
+        gpu, 4 * tokens_local * h + CROSS_ENTROPY_BYTES * predicted * vocab / t, kernels=4
+    )
+    forward_s = gemm_forward_s + elementwise_forward_s
+    backward_s = BACKWARD_TO_FORWARD * gemm_forward_s + ELEMENTWISE_BACKWARD_TO_FORWARD * elementwise_forward_s
+    # Backward all-reduce of the logits-projection input gradient.
+    tp_comm_s = all_reduce_s(BYTES_16BIT * tokens * h, t, tp_link(cluster, t)) if t > 1 else 0.0
+    # Final norm input, projection input, fp32 softmax of the local vocabulary shard
+    # (Korthikanti et al. 2022: 4*s*b*h/t*(1 + v/h) on the last stage).
+    kept = int(BYTES_16BIT * tokens_local * h + BYTES_16BIT * predicted * h + BYTES_FP32 * predicted * vocab / t)
+    return LayerProfile(
+        name="head",
+        kind=LayerKind.HEAD,
+        forward_s=forward_s,
+        backward_s=backward_s,
+        parameter_count=head_parameter_count(model) // t,
+        activation_bytes=kept,
+        selective_activation_bytes=kept,
+        checkpoint_bytes=kept,
+        output_bytes=0,
+        tp_comm_s=tp_comm_s,
+        model_flops=3.0 * logits_forward_flops(model, predicted) / t,
+    )
+
+
+@lru_cache(maxsize=4096)
+def analytic_profile(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    tp_size: int,
+    micro_batch_size: int,
+    sequence_parallel: bool,
+) -> ModelProfile:
+    """Per-layer profile of ``model`` for one micro-batch on one GPU of a TP group of ``tp_size``.
+
+    All transformer layers are identical in the analytic model; a measured profile may differ
+    per layer. Cached: the optimizer asks for the same (tp, micro-batch, SP) many times.
+    """
+    seq = training.seq_length
+    args = (tp_size, micro_batch_size, seq, sequence_parallel)
+    layer = _layer_profile(model, cluster, training.precision, training.flash_attention, *args, index=0)
+    layers = [_embedding_profile(model, cluster, *args)]
+    layers += [layer if i == 0 else _renamed(layer, i) for i in range(model.num_layers)]
+    layers.append(_head_profile(model, cluster, training.precision, *args))
+    return ModelProfile(
+        model_name=model.name,
+        tp_size=tp_size,
+        micro_batch_size=micro_batch_size,
+        seq_length=seq,
+        precision=training.precision,
+        layers=tuple(layers),
+        device=cluster.gpu.name,
+    )
+
+
+def _renamed(layer: LayerProfile, index: int) -> LayerProfile:
+    from dataclasses import replace
+
+    return replace(layer, name=f"layer.{index}")

@@ -1,0 +1,97 @@
+"""Collective and point-to-point times with an alpha-beta model per link.
+
+Ring algorithms (Thakur, Rabenseifner & Gropp 2005; Patarasuk & Yuan 2009, as NCCL implements
+them): an all-reduce of M bytes over n ranks moves 2(n-1)/n * M per rank in 2(n-1) steps;
+reduce-scatter and all-gather move (n-1)/n * M in n-1 steps. Each step costs the link latency
+(alpha); bytes cost 1 / (bandwidth * bus efficiency) (beta). Bandwidths are per GPU, one
+direction. Rank layout follows Megatron-LM: tensor parallel ranks are adjacent, then data
+parallel, then pipeline (Narayanan et al. 2021 Sec 3.3), so TP groups sit inside a node first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from solver.hardware import ClusterSpec
+
+
+@dataclass(frozen=True)
+class Link:
+    bytes_per_s: float  # effective: spec bandwidth x bus efficiency
+    latency_s: float
+
+
+def intra_node_link(cluster: ClusterSpec) -> Link:
+    return Link(cluster.intra_node_bytes_per_s * cluster.intra_node_bus_efficiency, cluster.intra_node_latency_s)
+
+
+def inter_node_link(cluster: ClusterSpec) -> Link:
+    return Link(cluster.inter_node_bytes_per_s * cluster.inter_node_bus_efficiency, cluster.inter_node_latency_s)
+
+
+def all_reduce_s(message_bytes: float, ranks: int, link: Link) -> float:
+    """Ring all-reduce of ``message_bytes`` (each rank's full buffer)."""
+    if ranks <= 1:
+        return 0.0
+    return 2 * (ranks - 1) / ranks * message_bytes / link.bytes_per_s + 2 * (ranks - 1) * link.latency_s
+
+
+def reduce_scatter_s(message_bytes: float, ranks: int, link: Link) -> float:
+    """Ring reduce-scatter of a ``message_bytes`` buffer (each rank keeps 1/ranks of it)."""
+    if ranks <= 1:
+        return 0.0
+    return (ranks - 1) / ranks * message_bytes / link.bytes_per_s + (ranks - 1) * link.latency_s
+
+
+def all_gather_s(message_bytes: float, ranks: int, link: Link) -> float:
+    """Ring all-gather producing a ``message_bytes`` buffer on every rank (same cost as reduce-scatter)."""
+    return reduce_scatter_s(message_bytes, ranks, link)
+
+
+def p2p_s(message_bytes: float, link: Link) -> float:
+    return message_bytes / link.bytes_per_s + link.latency_s
+
+
+def tp_link(cluster: ClusterSpec, tp_size: int) -> Link:
+    """TP groups are adjacent ranks: inside a node unless tp_size exceeds the node."""
+    return intra_node_link(cluster) if tp_size <= cluster.gpus_per_node else inter_node_link(cluster)
+
+
+def pp_link(cluster: ClusterSpec, tp_size: int, dp_size: int, pp_size: int) -> Link:
+    """Consecutive pipeline stages are tp*dp ranks apart: same node only when a whole pipeline fits in one."""
+    if tp_size * dp_size * pp_size <= cluster.gpus_per_node:
+        return intra_node_link(cluster)
+    return inter_node_link(cluster)
+
+
+def dp_group_layout(cluster: ClusterSpec, tp_size: int, dp_size: int) -> tuple[int, int]:
+    """(members per node, nodes spanned) of one data-parallel group; its ranks are tp_size apart."""
+    if tp_size >= cluster.gpus_per_node:
+        return 1, dp_size
+    per_node = min(dp_size, cluster.gpus_per_node // tp_size)
+    nodes = -(-dp_size // per_node)
+    return per_node, nodes
+
+
+def data_parallel_collective_s(
+    cluster: ClusterSpec, tp_size: int, dp_size: int, message_bytes: float, kind: str
+) -> float:
+    """A ring collective over one data-parallel group (its ranks are tp_size apart).
+
+    Inside a node the ring runs over NVLink. Once the group spans nodes, every rank's
+    (n-1)/n share of the buffer crosses the network through that GPU's share of the node's NICs
+    (``inter_node_bytes_per_s`` is per GPU), the ring's slowest link. This is the classic ring
+    bound, and it is what measured ZeRO-3 scaling shows: Narayanan et al. 2021 Table 2 gets
+    144, 88 and 44 TFLOP/s per GPU on 384, 768 and 1536 A100s at a fixed batch, a step time that
+    stays near 69 s once parameter gathers dominate, i.e. about 20 GB/s per GPU for 4 x 2*Psi
+    bytes. ``kind`` is 'all_reduce', 'reduce_scatter' or 'all_gather'.
+    """
+    if dp_size <= 1 or message_bytes <= 0:
+        return 0.0
+    _, nodes = dp_group_layout(cluster, tp_size, dp_size)
+    link = intra_node_link(cluster) if nodes == 1 else inter_node_link(cluster)
+    if kind == "all_reduce":
+        return all_reduce_s(message_bytes, dp_size, link)
+    if kind in ("reduce_scatter", "all_gather"):
+        return reduce_scatter_s(message_bytes, dp_size, link)
+    raise ValueError(f"unknown collective {kind!r}")

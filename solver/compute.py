@@ -1,0 +1,57 @@
+"""Kernel time on one GPU: GEMMs from FLOPs and a shape-aware efficiency, element-wise work from
+bytes moved over HBM.
+
+GEMM efficiency = measured large-GEMM efficiency (``GpuSpec.gemm_efficiency``, the maximum
+achievable matmul measured on that GPU) x wave quantisation x a short-k penalty, following
+NVIDIA's "Matrix Multiplication Background" performance guide (Deep Learning Performance docs):
+- the output is cut into tiles (128 x 256 for large fp16/bf16 cuBLAS kernels); tiles run in
+  waves of one per SM, so a partial last wave wastes the idle SMs' share;
+- each tile loops over k; prologue and epilogue cost about ``GpuSpec.gemm_saturation_dim``
+  iterations' worth of k, so a GEMM with small k (a TP-split or attention GEMM) runs further from
+  peak: factor k / (k + k_sat).
+A GEMM can never run faster than its operands stream from HBM (roofline). Element-wise kernels
+(norms, softmax, activation functions, dropout, residual adds) are bound by HBM bandwidth at
+``GpuSpec.hbm_efficiency`` of the spec sheet.
+"""
+
+from __future__ import annotations
+
+import math
+
+from solver.execution import Precision
+from solver.hardware import GpuSpec
+
+BYTES_16BIT = 2  # fp16 / bf16 element
+
+
+def bytes_per_element(precision: Precision) -> int:
+    """GEMM operand size: 1 byte for FP8 GEMMs, 2 bytes for fp16/bf16."""
+    return 1 if precision is Precision.FP8 else BYTES_16BIT
+
+
+TILE_M, TILE_N = 256, 128  # output tile of large cuBLAS fp16/bf16 kernels (NVIDIA GEMM guide)
+
+
+def gemm_efficiency(gpu: GpuSpec, precision: Precision, m: float, n: float, k: float, batch: float = 1.0) -> float:
+    """Fraction of dense peak reached by ``batch`` (m x k) @ (k x n) GEMMs (see module docstring)."""
+    tiles = math.ceil(m / TILE_M) * math.ceil(n / TILE_N) * batch
+    waves = tiles / gpu.num_sms
+    wave_efficiency = waves / math.ceil(waves)
+    k_efficiency = k / (k + gpu.gemm_saturation_dim)
+    return gpu.efficiency(precision) * wave_efficiency * k_efficiency
+
+
+def gemm_time_s(
+    gpu: GpuSpec, precision: Precision, m: float, n: float, k: float, batch: float = 1.0
+) -> float:
+    """Seconds for ``batch`` independent (m x k) @ (k x n) GEMMs: max(compute, HBM) + launch."""
+    flops = 2.0 * m * n * k * batch
+    compute_s = flops / (gpu.peak(precision) * gemm_efficiency(gpu, precision, m, n, k, batch))
+    operand_bytes = bytes_per_element(precision) * (m * k + k * n) + BYTES_16BIT * m * n
+    memory_s = batch * operand_bytes / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency)
+    return max(compute_s, memory_s) + gpu.kernel_launch_s
+
+
+def elementwise_time_s(gpu: GpuSpec, bytes_moved: float, kernels: int = 1) -> float:
+    """Seconds for memory-bound kernels moving ``bytes_moved`` bytes (reads + writes) in total."""
+    return bytes_moved / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency) + kernels * gpu.kernel_launch_s

@@ -1,0 +1,125 @@
+"""Which configurations are legal, each rule named.
+
+Structural rules (``check_structure``) make a configuration meaningless: the evaluator refuses it
+with a SpecError naming the field. Framework and placement rules (``policy_violations``) describe
+configurations that can be costed but that a framework cannot run or a request forbids; they are
+reported as violations and the optimizer never returns them.
+"""
+
+from __future__ import annotations
+
+from solver.errors import SpecError
+from solver.execution import Framework, ParallelConfig, TrainingSpec, ZeroStage
+from solver.hardware import ClusterSpec
+from solver.model import ModelSpec
+
+
+def uniform_partition(num_layers: int, num_chunks: int) -> tuple[int, ...]:
+    """Layers per chunk, as even as possible; the remainder goes to the middle chunks, away from
+    the first (most activations in flight) and the last (the logits)."""
+    base, extra = divmod(num_layers, num_chunks)
+    counts = [base] * num_chunks
+    if extra:
+        start = max(0, (num_chunks - extra) // 2)
+        for i in range(start, start + extra):
+            counts[i] += 1
+    return tuple(counts)
+
+
+def stage_layer_counts(model: ModelSpec, parallel: ParallelConfig) -> tuple[int, ...]:
+    return parallel.stage_layers or uniform_partition(model.num_layers, parallel.num_chunks)
+
+
+def check_structure(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig, num_gpus: int
+) -> None:
+    """Raise SpecError for the first rule the configuration breaks (rule name in brackets)."""
+    if num_gpus > cluster.num_gpus:
+        raise SpecError("num_gpus", f"[gpu_count] {num_gpus} GPUs requested, the cluster has {cluster.num_gpus}")
+    if parallel.num_gpus != num_gpus:
+        raise SpecError(
+            "parallel",
+            f"[gpu_count] dp_size * tp_size * pp_size = {parallel.dp_size}*{parallel.tp_size}*{parallel.pp_size}"
+            f" = {parallel.num_gpus}, but num_gpus is {num_gpus}",
+        )
+    tp = parallel.tp_size
+    for what, value in (
+        ("num_attention_heads", model.num_attention_heads),
+        ("num_kv_heads", model.num_kv_heads),
+        ("ffn_hidden_size", model.ffn_hidden_size),
+    ):
+        if value % tp:
+            raise SpecError("parallel.tp_size", f"[tp_divides_{what}] tp_size {tp} does not divide {what}={value}")
+    if not cluster.gpu.supports(training.precision):
+        raise SpecError("training.precision", f"[precision] {cluster.gpu.name} has no {training.precision.value} tensor cores")
+    per_replica = parallel.dp_size * parallel.micro_batch_size
+    if training.global_batch_size % per_replica:
+        raise SpecError(
+            "training.global_batch_size",
+            f"[batch_divisible] global_batch_size {training.global_batch_size} is not divisible by"
+            f" dp_size * micro_batch_size = {per_replica}",
+        )
+    num_micro_batches = training.global_batch_size // per_replica
+    if parallel.num_chunks > model.num_layers:
+        raise SpecError(
+            "parallel.pp_size",
+            f"[pp_at_most_layers] pp_size * virtual_stages = {parallel.num_chunks} exceeds num_layers={model.num_layers}",
+        )
+    if parallel.virtual_stages > 1:
+        if parallel.pp_size == 1:
+            raise SpecError("parallel.virtual_stages", "[interleave_needs_pp] interleaving needs pp_size > 1")
+        if parallel.stage_layers is None and model.num_layers % parallel.num_chunks:
+            raise SpecError(
+                "parallel.virtual_stages",
+                f"[interleave_layers_divisible] num_layers={model.num_layers} is not divisible by"
+                f" pp_size * virtual_stages = {parallel.num_chunks}",
+            )
+        if num_micro_batches % parallel.pp_size:
+            raise SpecError(
+                "parallel.virtual_stages",
+                f"[interleave_micro_batches] {num_micro_batches} micro-batches is not a multiple of pp_size={parallel.pp_size}",
+            )
+    if parallel.stage_layers is not None and sum(parallel.stage_layers) != model.num_layers:
+        raise SpecError(
+            "parallel.stage_layers",
+            f"[partition_covers_layers] stage_layers sum to {sum(parallel.stage_layers)}, the model has {model.num_layers} layers",
+        )
+    if parallel.full_recompute_layers is not None:
+        counts = stage_layer_counts(model, parallel)
+        for chunk, (recomputed, held) in enumerate(zip(parallel.full_recompute_layers, counts)):
+            if recomputed > held:
+                raise SpecError(
+                    f"parallel.full_recompute_layers[{chunk}]",
+                    f"[recompute_within_stage] {recomputed} recomputed layers, the chunk holds {held}",
+                )
+
+
+def framework_violations(parallel: ParallelConfig, framework: Framework) -> list[str]:
+    """What the target framework cannot run.
+
+    Megatron-LM shards only optimizer states (its distributed optimizer = ZeRO-1). DeepSpeed
+    refuses ZeRO-2/3 with its pipeline engine. PyTorch FSDP has no pipeline schedule here and
+    shards gradients+states (SHARD_GRAD_OP = ZeRO-2) or everything (FULL_SHARD = ZeRO-3).
+    'any' accepts what at least one of them runs: ZeRO-2/3 only without pipeline parallelism.
+    """
+    zero, pp = parallel.zero_stage, parallel.pp_size
+    out = []
+    if framework is Framework.MEGATRON and zero > ZeroStage.OS:
+        out.append(f"[framework_zero] megatron shards optimizer states only (ZeRO-1); zero_stage {int(zero)} is not available")
+    if framework is Framework.FSDP:
+        if pp > 1:
+            out.append("[framework_pp] fsdp has no pipeline parallelism; pp_size must be 1")
+        if zero == ZeroStage.OS:
+            out.append("[framework_zero] fsdp shards gradients with states (ZeRO-2) or everything (ZeRO-3); zero_stage 1 is not available")
+    if framework in (Framework.ANY, Framework.DEEPSPEED) and zero >= ZeroStage.OS_G and pp > 1:
+        out.append(f"[zero_with_pp] zero_stage {int(zero)} with pp_size {pp} is not supported (DeepSpeed allows only ZeRO-0/1 with pipelines)")
+    return out
+
+
+def placement_violations(cluster: ClusterSpec, parallel: ParallelConfig, allow_tp_across_nodes: bool) -> list[str]:
+    if not allow_tp_across_nodes and parallel.tp_size > cluster.gpus_per_node:
+        return [
+            f"[tp_within_node] tp_size {parallel.tp_size} spans nodes of {cluster.gpus_per_node} GPUs"
+            " (allow_tp_across_nodes is false)"
+        ]
+    return []

@@ -1,0 +1,78 @@
+"""Memory per GPU of one pipeline stage: model states under ZeRO, activations in flight, reserve.
+
+Sources: Rajbhandari et al. 2020 (ZeRO, arXiv 1910.02054) Sec 3.1 and 5 for model states
+(2 + 2 + K bytes per parameter, K = 12 for mixed-precision Adam); Korthikanti et al. 2022 Sec 4.2
+for the in-flight micro-batches of 1F1B (stage i of p holds p - i) and the interleaved factor
+(1 + (p - 1)/(p * v)) on the first stage; Narayanan et al. 2021 Sec 2.2.
+"""
+
+from __future__ import annotations
+
+from solver.execution import OptimizerKind, ZeroStage
+
+GIB_BYTES = 2**30
+WEIGHT_BYTES_PER_PARAM = 2  # 16-bit weights used by forward and backward
+GRAD_BYTES_PER_PARAM = 2  # 16-bit gradients (ZeRO paper's 2*Psi)
+OPTIMIZER_BYTES_PER_PARAM = {
+    OptimizerKind.ADAM: 12,  # fp32 master weights + momentum + variance = 4 + 4 + 4
+    OptimizerKind.SGD: 8,  # fp32 master weights + momentum = 4 + 4
+}
+# Named reserve. CUDA context, cuBLAS workspaces and NCCL channel buffers take roughly 1 GiB per
+# GPU with PyTorch (PyTorch CUDA-semantics notes: context 300-800 MiB depending on the CUDA
+# version, cuBLAS workspace and NCCL buffers on top).
+RUNTIME_RESERVE_BYTES = 1 * GIB_BYTES
+# The caching allocator's fragmentation: blocks are rounded and split, so some reserved memory
+# is unusable; ~5% of allocated memory is the commonly observed overhead (PyTorch memory notes).
+FRAGMENTATION_FRACTION = 0.05
+
+
+def model_state_bytes(
+    parameter_count: float, zero_stage: ZeroStage, dp_size: int, optimizer: OptimizerKind
+) -> dict[str, float]:
+    """Weights, gradients and optimizer states of ``parameter_count`` parameters on one GPU.
+
+    ZeRO paper Sec 5.1: baseline (4 + K)*Psi; P_os 4*Psi + K*Psi/N_d; P_os+g 2*Psi + (2 + K)*Psi/N_d;
+    P_os+g+p (4 + K)*Psi/N_d.
+    """
+    k = OPTIMIZER_BYTES_PER_PARAM[optimizer]
+    weights = WEIGHT_BYTES_PER_PARAM * parameter_count
+    gradients = GRAD_BYTES_PER_PARAM * parameter_count
+    states = k * parameter_count
+    if zero_stage >= ZeroStage.OS:
+        states /= dp_size
+    if zero_stage >= ZeroStage.OS_G:
+        gradients /= dp_size
+    if zero_stage >= ZeroStage.OS_G_P:
+        weights /= dp_size
+    return {"weights": weights, "gradients": gradients, "optimizer_states": states}
+
+
+def in_flight_micro_batches(stage: int, pp_size: int, virtual_stages: int, num_micro_batches: int) -> float:
+    """Micro-batches whose activations stage ``stage`` holds at its peak, in units of all of the
+    stage's layers for one micro-batch.
+
+    1F1B: p - i (capped by the micro-batch count). Interleaved 1F1B (Megatron-LM's schedule):
+    rank i runs (p - i - 1)*2 + (v - 1)*p warm-up chunk-forwards before its first backward, so it
+    holds that many + 1 chunk activations, each 1/v of its layers: on the first stage this is
+    p*(1 + (p - 1)/(p*v)) as in Korthikanti et al. 2022.
+    """
+    p, v, m = pp_size, virtual_stages, num_micro_batches
+    if v == 1:
+        return float(min(p - stage, m))
+    chunks = min((p - stage - 1) * 2 + (v - 1) * p + 1, m * v)
+    return chunks / v
+
+
+def reserve_bytes(allocated_bytes: float) -> float:
+    """Runtime reserve plus allocator fragmentation on top of ``allocated_bytes``."""
+    return RUNTIME_RESERVE_BYTES + FRAGMENTATION_FRACTION * allocated_bytes
+
+
+def optimizer_step_bytes_per_param(optimizer: OptimizerKind) -> int:
+    """HBM traffic of one optimizer step per parameter of the local shard.
+
+    Adam: read fp32 master, momentum, variance (12) and the 16-bit gradient (2), write the three
+    fp32 tensors (12) and the 16-bit weight (2), plus reading gradients once for the norm used
+    in clipping (2) = 30. SGD with momentum: 8 + 2 + 8 + 2 + 2 = 22.
+    """
+    return 30 if optimizer is OptimizerKind.ADAM else 22

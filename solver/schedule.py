@@ -1,0 +1,107 @@
+"""Step time of the pipeline schedule and of the data-parallel synchronisation around it.
+
+Sources: Narayanan et al. 2021 Sec 2.2: 1F1B takes (m + p - 1) slots of the slowest stage's
+forward+backward time; the interleaved schedule shrinks the bubble to (p - 1)/(v*m) of the ideal
+time and multiplies pipeline communication by v. ZeRO (Rajbhandari et al. 2020) Sec 7: ZeRO-1/2
+move the same 2*Psi as an all-reduce; ZeRO-3 adds a parameter all-gather in forward and in
+backward (3*Psi). Gradient buckets are reduced while the last micro-batch's backward runs
+(PyTorch DDP, Li et al. 2020, VLDB); ZeRO-3 prefetches the next layer's parameters during the
+current layer's compute (DeepSpeed / FSDP), so only what compute cannot cover is exposed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from solver.comm import data_parallel_collective_s, p2p_s, pp_link
+from solver.execution import ParallelConfig, ZeroStage
+from solver.hardware import ClusterSpec
+from solver.memory import GRAD_BYTES_PER_PARAM, WEIGHT_BYTES_PER_PARAM
+
+
+def pipeline_bubble_fraction(pp_size: int, virtual_stages: int, num_micro_batches: int) -> float:
+    """Bubble time over ideal time: (p - 1) / (v * m)."""
+    return (pp_size - 1) / (virtual_stages * num_micro_batches)
+
+
+def pipeline_time_s(slowest_stage_s: float, pp_size: int, virtual_stages: int, num_micro_batches: int) -> tuple[float, float]:
+    """(busy time, bubble time) of one step: m * t_max and (p - 1)/v * t_max."""
+    busy = num_micro_batches * slowest_stage_s
+    return busy, busy * pipeline_bubble_fraction(pp_size, virtual_stages, num_micro_batches)
+
+
+def pipeline_comm_s(
+    cluster: ClusterSpec, parallel: ParallelConfig, num_micro_batches: int, message_bytes: float
+) -> float:
+    """Point-to-point time on the critical path: every micro-batch sends its activations forward
+    and its gradient backward across each of the slowest stage's v chunk boundaries; fill and
+    drain add p - 1 more exchanges. Megatron-LM's p2p sends are not overlapped with compute."""
+    if parallel.pp_size == 1:
+        return 0.0
+    link = pp_link(cluster, parallel.tp_size, parallel.dp_size, parallel.pp_size)
+    exchanges = num_micro_batches * parallel.virtual_stages + parallel.pp_size - 1
+    return 2 * exchanges * p2p_s(message_bytes, link)
+
+
+@dataclass(frozen=True)
+class DataParallelTimes:
+    total_s: float  # all collective time of the step
+    exposed_s: float  # the part compute does not hide
+
+
+def data_parallel_times(
+    cluster: ClusterSpec,
+    parallel: ParallelConfig,
+    num_micro_batches: int,
+    stage_parameter_count: float,
+    largest_layer_parameter_count: float,
+    forward_s: float,
+    backward_s: float,
+    regather_for_recompute: bool = False,
+) -> DataParallelTimes:
+    """Data-parallel gradient synchronisation and ZeRO parameter gathers of one stage's DP group.
+
+    ``forward_s`` / ``backward_s`` are one micro-batch's compute on this stage: the time that can
+    hide collectives running on the side. ``regather_for_recompute``: ZeRO-3 gathers the
+    parameters a third time for the recomputed forward (DeepSpeed's checkpointing re-enters the
+    gather hooks; FSDP keeps the backward gather for both).
+    """
+    dp = parallel.dp_size
+    if dp == 1:
+        return DataParallelTimes(0.0, 0.0)
+
+    def collective(kind: str, parameter_count: float, bytes_per_param: int) -> float:
+        return data_parallel_collective_s(cluster, parallel.tp_size, dp, bytes_per_param * parameter_count, kind)
+
+    zero = parallel.zero_stage
+    grads_rs = collective("reduce_scatter", stage_parameter_count, GRAD_BYTES_PER_PARAM)
+    params_ag = collective("all_gather", stage_parameter_count, WEIGHT_BYTES_PER_PARAM)
+    if zero == ZeroStage.NONE:
+        total = collective("all_reduce", stage_parameter_count, GRAD_BYTES_PER_PARAM)
+        return DataParallelTimes(total, max(0.0, total - backward_s) + _last_bucket(total, stage_parameter_count, largest_layer_parameter_count))
+    if zero == ZeroStage.OS:
+        # Gradients reduce-scattered during the last backward; updated parameters all-gathered after the step.
+        exposed = max(0.0, grads_rs - backward_s) + _last_bucket(grads_rs, stage_parameter_count, largest_layer_parameter_count) + params_ag
+        return DataParallelTimes(grads_rs + params_ag, exposed)
+    if zero == ZeroStage.OS_G:
+        # Gradient shards are reduced after every micro-batch's backward (no full gradient is kept).
+        per_micro_batch = max(0.0, grads_rs - backward_s) + _last_bucket(grads_rs, stage_parameter_count, largest_layer_parameter_count)
+        return DataParallelTimes(num_micro_batches * grads_rs + params_ag, num_micro_batches * per_micro_batch + params_ag)
+    # ZeRO-3: every micro-batch gathers parameters for forward and again for backward, and
+    # reduce-scatters its gradients; the first layer's gather cannot be prefetched.
+    first_gather = collective("all_gather", largest_layer_parameter_count, WEIGHT_BYTES_PER_PARAM)
+    backward_gathers = 2 if regather_for_recompute else 1
+    per_micro_batch = (
+        max(0.0, params_ag - forward_s)
+        + max(0.0, backward_gathers * params_ag + grads_rs - backward_s)
+        + first_gather
+    )
+    volume = (1 + backward_gathers) * params_ag + grads_rs
+    return DataParallelTimes(num_micro_batches * volume, num_micro_batches * per_micro_batch)
+
+
+def _last_bucket(collective_s: float, stage_parameter_count: float, largest_layer_parameter_count: float) -> float:
+    """The last gradient bucket (about one layer's gradients) is reduced after backward ends."""
+    if stage_parameter_count <= 0:
+        return 0.0
+    return collective_s * min(1.0, largest_layer_parameter_count / stage_parameter_count)
