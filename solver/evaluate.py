@@ -15,6 +15,7 @@ from solver.hardware import ClusterSpec
 from solver.legality import check_structure, framework_violations, placement_violations, stage_layer_counts
 from solver.memory import (
     GIB_BYTES,
+    WEIGHT_BYTES_PER_PARAM,
     model_state_bytes,
     optimizer_step_bytes_per_param,
     in_flight_micro_batches,
@@ -123,15 +124,20 @@ def evaluate(
         in_flight = in_flight_micro_batches(stage, pp, v, m)
         memory = model_state_bytes(params, parallel.zero_stage, dp, training.optimizer)
         kept = sum(layer.kept_bytes(full, selective) for layer, full in members)
-        # The layer being recomputed materialises its full activations once more.
-        working = max((layer.activation_bytes for layer, full in members if full), default=0)
+        # Recomputing a layer in backward materialises its activations again; its input (the
+        # checkpoint, already counted) is part of them.
+        working = max((layer.activation_bytes - layer.checkpoint_bytes for layer, full in members if full), default=0)
         memory["activations"] = in_flight * kept + working
         memory["embedding_and_logits"] = (
             (in_flight * embedding.activation_bytes if embedding in extras else 0)
             + (head.activation_bytes if head in extras else 0)  # the last stage runs one micro-batch at a time
         )
+        # ZeRO-3 holds the gathered 16-bit weights of the layer in use and the one prefetched,
+        # never more than the unsharded weights it saves.
         memory["zero3_gather_buffers"] = (
-            ZERO3_PREFETCHED_LAYERS * 2 * largest_layer if parallel.zero_stage == 3 and dp > 1 else 0.0
+            min(ZERO3_PREFETCHED_LAYERS * largest_layer, params * (1 - 1 / dp)) * WEIGHT_BYTES_PER_PARAM
+            if parallel.zero_stage == 3 and dp > 1
+            else 0.0
         )
         memory["reserve"] = reserve_bytes(sum(memory.values()))
         dp_times = data_parallel_times(

@@ -1,0 +1,256 @@
+"""Cost model against published figures (golden values) and physical properties."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+import catalog
+from solver.analytic import analytic_profile
+from solver.errors import SpecError
+from solver.evaluate import evaluate
+from solver.execution import OptimizerKind, ParallelConfig, Precision, Recompute, TrainingSpec, ZeroStage
+from solver.flops import hardware_flops_per_iteration, model_flops_per_iteration, total_parameter_count
+from solver.memory import in_flight_micro_batches, model_state_bytes
+from solver.model import ModelSpec
+from solver.schedule import pipeline_bubble_fraction
+
+GB = 1e9
+GIB = 2**30
+
+
+# --- ZeRO (Rajbhandari et al. 2020) -------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("stage", "expected_gb"),
+    [(ZeroStage.NONE, 120.0), (ZeroStage.OS, 31.4), (ZeroStage.OS_G, 16.6), (ZeroStage.OS_G_P, 1.9)],
+)
+def test_zero_paper_7_5b_on_64_gpus(stage, expected_gb):
+    """Sec 5 / Figure 1: 7.5B parameters, N_d = 64: 120, 31.4, 16.6, 1.9 GB per device."""
+    states = model_state_bytes(7.5e9, stage, 64, OptimizerKind.ADAM)
+    assert sum(states.values()) / GB == pytest.approx(expected_gb, abs=0.05)
+
+
+@pytest.mark.parametrize(
+    ("params", "dp", "os_gb", "osg_gb", "osgp_gb"),
+    [(7.5e9, 4, 52.5, 41.3, 30.0), (128e9, 16, 608, 368, 128), (1e12, 1024, 4011, 2013, 15.6)],
+)
+def test_zero_paper_table_1_cells(params, dp, os_gb, osg_gb, osgp_gb):
+    for stage, expected in ((ZeroStage.OS, os_gb), (ZeroStage.OS_G, osg_gb), (ZeroStage.OS_G_P, osgp_gb)):
+        got = sum(model_state_bytes(params, stage, dp, OptimizerKind.ADAM).values()) / GB
+        assert got == pytest.approx(expected, rel=0.005, abs=0.05)
+
+
+# --- Megatron-LM 2021 parameters and FLOPs ----------------------------------------------------------
+
+MEGATRON_TABLE_1 = [  # (catalog name, published billions of parameters)
+    ("megatron-1.7b", 1.7), ("megatron-3.6b", 3.6), ("megatron-7.5b", 7.5), ("megatron-18.4b", 18.4),
+    ("megatron-39.1b", 39.1), ("megatron-76.1b", 76.1), ("megatron-145.6b", 145.6),
+    ("megatron-310.1b", 310.1), ("megatron-529.6b", 529.6), ("megatron-1t", 1008.0),
+]
+
+
+@pytest.mark.parametrize(("name", "billions"), MEGATRON_TABLE_1)
+def test_megatron_table_1_parameter_counts(name, billions):
+    model = catalog.get_model(name)
+    l, h, V, s = model.num_layers, model.hidden_size, model.vocab_size, model.seq_length
+    eq2 = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h))
+    count = total_parameter_count(model)
+    # Our count adds the final LayerNorm (2h) that eq. 2 leaves out.
+    assert count - eq2 == pytest.approx(2 * h, abs=1e-3 * h)
+    assert count / 1e9 == pytest.approx(billions, abs=0.051)
+
+
+@pytest.mark.parametrize("name", ["megatron-1.7b", "megatron-145.6b", "megatron-1t", "gpt3-175b"])
+def test_flops_match_megatron_and_korthikanti_equations(name):
+    model = catalog.get_model(name)
+    B, s, l, h, V = 1536, model.seq_length, model.num_layers, model.hidden_size, model.vocab_size
+    eq7 = 72 * B * l * s * h * h * (1 + s / (6 * h) + V / (12 * h * l))
+    eq3 = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+    eq8 = 72 * B * l * s * h * h * (1 + s / (3 * h) + V / (12 * h * l))
+    assert model_flops_per_iteration(model, B, s) == pytest.approx(eq7, rel=1e-12)
+    assert hardware_flops_per_iteration(model, B, s, Recompute.FULL) == pytest.approx(eq3, rel=1e-12)
+    assert hardware_flops_per_iteration(model, B, s, Recompute.SELECTIVE) == pytest.approx(eq8, rel=1e-12)
+
+
+# --- Korthikanti et al. 2022 Table 2: activation bytes per layer ------------------------------------
+
+@pytest.fixture(scope="module")
+def selene():
+    return catalog.get_cluster("selene")
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_activation_memory_table_2(selene, tp):
+    model = ModelSpec("gpt3", 96, 12288, 96, 51200, 2048)
+    s, b, h, a = 2048, 1, 12288, 96
+    sbh = s * b * h
+    train = TrainingSpec(8, s, Precision.FP16, flash_attention=False)
+    baseline = analytic_profile(model, selene, train, tp, b, False).transformer_layers[0]
+    seqpar = analytic_profile(model, selene, train, tp, b, True).transformer_layers[0]
+    assert baseline.activation_bytes == pytest.approx(sbh * (10 + 24 / tp + 5 * a * s / (h * tp)), rel=1e-6)
+    assert seqpar.activation_bytes == pytest.approx(sbh * (34 / tp + 5 * a * s / (h * tp)), rel=1e-6)
+    assert baseline.selective_activation_bytes == pytest.approx(sbh * (10 + 24 / tp), rel=1e-6)
+    assert seqpar.selective_activation_bytes == pytest.approx(sbh * 34 / tp, rel=1e-6)
+    assert baseline.checkpoint_bytes == 2 * sbh  # full recompute keeps 2*s*b*h per layer
+    # Selective recompute of GPT-3 saves 70% of the activations (Sec 4.3: 5as/h = 80 vs 34).
+    assert 1 - seqpar.selective_activation_bytes / seqpar.activation_bytes == pytest.approx(80 / 114, rel=1e-6)
+
+
+# --- Pipeline schedule ---------------------------------------------------------------------------
+
+def test_bubble_fractions():
+    assert pipeline_bubble_fraction(8, 1, 64) == pytest.approx(7 / 64)
+    assert pipeline_bubble_fraction(8, 3, 64) == pytest.approx(7 / (3 * 64))
+    assert pipeline_bubble_fraction(1, 1, 16) == 0
+
+
+def test_in_flight_micro_batches():
+    assert [in_flight_micro_batches(i, 4, 1, 32) for i in range(4)] == [4, 3, 2, 1]
+    # Interleaved first stage: p * (1 + (p - 1)/(p * v)) (Korthikanti et al. 2022 Sec 4.2.3).
+    assert in_flight_micro_batches(0, 8, 3, 64) == pytest.approx(8 * (1 + 7 / 24))
+    assert in_flight_micro_batches(0, 8, 1, 2) == 2  # never more micro-batches than exist
+
+
+def test_evaluated_bubble_is_the_schedule_fraction_of_busy_time(selene):
+    model = catalog.get_model("gpt3-175b")
+    train = TrainingSpec(256, 2048, Precision.BF16)
+    for v in (1, 2, 3):
+        par = ParallelConfig(4, 8, 8, ZeroStage.OS, 1, Recompute.SELECTIVE, v, True)
+        p = evaluate(model, selene, train, par).prediction
+        busy = p.breakdown_s["compute_s"] + p.breakdown_s["recompute_s"] + p.breakdown_s["tp_comm_s"]
+        assert p.breakdown_s["bubble_s"] / busy == pytest.approx(7 / (v * 64), rel=1e-9)
+
+
+# --- Evaluation outputs ----------------------------------------------------------------------------
+
+def test_prediction_is_consistent(selene):
+    model = catalog.get_model("gpt3-175b")
+    train = TrainingSpec(1536, 2048, Precision.BF16, train_tokens=300e9)
+    ev = evaluate(model, selene, train, ParallelConfig(16, 8, 8, ZeroStage.OS, 1, Recompute.SELECTIVE, 2, True))
+    p = ev.prediction
+    assert ev.feasible, ev.violations
+    assert sum(p.breakdown_s.values()) == pytest.approx(p.step_time_s, rel=1e-9)
+    assert p.tokens_per_s == pytest.approx(1536 * 2048 / p.step_time_s)
+    assert p.time_to_train_s == pytest.approx(300e9 / p.tokens_per_s)
+    assert p.mfu == pytest.approx(p.model_tflops_per_gpu * 1e12 / 312e12)
+    assert p.hfu > p.mfu  # selective recompute adds hardware FLOPs
+    # Megatron-LM reports 140 TFLOP/s on this job (eq. 4 example); our figure must be in range.
+    assert 120 < p.hardware_tflops_per_gpu < 190
+    d = ev.to_dict()
+    assert d["memory"]["capacity_gib"] == pytest.approx(80.0)
+    assert len(d["stages"]) == 8 and d["stages"][0]["has_embedding"] and d["stages"][-1]["has_head"]
+
+
+def test_memory_violation_names_stage_and_sizes(selene):
+    model = catalog.get_model("gpt3-175b")
+    ev = evaluate(model, selene, TrainingSpec(64, 2048), ParallelConfig(1, 8, 8, 0, 4, Recompute.NONE), num_gpus=64)
+    assert not ev.feasible
+    assert any(v.startswith("[memory] stage 0 needs ") and v.endswith("the GPU has 80.0 GiB") for v in ev.violations)
+    assert ev.peak_stage == 0  # 1F1B: the first stage holds p micro-batches
+
+
+def test_illegal_structure_raises_naming_the_field(selene):
+    model = catalog.get_model("gpt3-175b")
+    train = TrainingSpec(1536, 2048)
+    with pytest.raises(SpecError) as err:
+        evaluate(model, selene, train, ParallelConfig(1, 7, 1), num_gpus=7)
+    assert err.value.field == "parallel.tp_size"
+    with pytest.raises(SpecError) as err:
+        evaluate(model, selene, train, ParallelConfig(2, 8, 8), num_gpus=64 * 4)
+    assert err.value.field == "parallel"
+    with pytest.raises(SpecError) as err:
+        evaluate(model, selene, TrainingSpec(100, 2048), ParallelConfig(8, 8, 1, micro_batch_size=1))
+    assert err.value.field == "training.global_batch_size"
+
+
+def test_framework_rules_are_violations_not_errors(selene):
+    model = catalog.get_model("megatron-7.5b")
+    ev = evaluate(model, selene, TrainingSpec(64, 2048), ParallelConfig(4, 2, 2, ZeroStage.OS_G, 1, Recompute.FULL))
+    assert any(v.startswith("[zero_with_pp]") for v in ev.violations) and not ev.feasible
+
+
+# --- Properties ------------------------------------------------------------------------------------
+
+def _peak(model, cluster, train, **kw):
+    return evaluate(model, cluster, train, ParallelConfig(**kw), num_gpus=kw["dp_size"] * kw["tp_size"] * kw["pp_size"]).peak_bytes
+
+
+@pytest.mark.parametrize("name", ["megatron-7.5b", "llama2-70b", "bert-large"])
+def test_memory_never_rises_with_tp_pp_or_zero(selene, name):
+    model = catalog.get_model(name)
+    train = TrainingSpec(64, min(model.seq_length, 2048), Precision.BF16)
+    for rc in Recompute:
+        for sp in (False, True):
+            by_tp = [_peak(model, selene, train, dp_size=1, tp_size=t, pp_size=1, micro_batch_size=2, recompute=rc,
+                           sequence_parallel=sp) for t in (1, 2, 4, 8)]
+            assert by_tp == sorted(by_tp, reverse=True), (rc, sp, by_tp)
+        by_pp = [_peak(model, selene, train, dp_size=1, tp_size=1, pp_size=p, micro_batch_size=2, recompute=rc)
+                 for p in (1, 2, 4) if model.num_layers % p == 0]
+        assert by_pp == sorted(by_pp, reverse=True), (rc, by_pp)
+        by_zero = [_peak(model, selene, train, dp_size=8, tp_size=1, pp_size=1, zero_stage=z, micro_batch_size=2,
+                         recompute=rc) for z in ZeroStage]
+        assert by_zero == sorted(by_zero, reverse=True), (rc, by_zero)
+
+
+@pytest.mark.parametrize("flash", [False, True])
+def test_recompute_never_raises_memory(selene, flash):
+    model = catalog.get_model("megatron-22b")
+    train = TrainingSpec(32, 2048, Precision.BF16, flash_attention=flash)
+    for pp in (1, 4):
+        peaks = {rc: _peak(model, selene, train, dp_size=1, tp_size=8, pp_size=pp, micro_batch_size=1, recompute=rc)
+                 for rc in Recompute}
+        assert peaks[Recompute.SELECTIVE] <= peaks[Recompute.NONE]
+        assert peaks[Recompute.FULL] <= peaks[Recompute.SELECTIVE]
+
+
+def test_time_never_falls_when_a_link_gets_slower(selene):
+    model = catalog.get_model("gpt3-175b")
+    train = TrainingSpec(512, 2048, Precision.BF16)
+    configs = [
+        ParallelConfig(8, 8, 16, ZeroStage.OS, 1, Recompute.SELECTIVE, 2, True),
+        ParallelConfig(128, 1, 1, ZeroStage.OS_G_P, 2, Recompute.FULL),
+        ParallelConfig(16, 8, 8, ZeroStage.NONE, 2, Recompute.FULL),
+    ]
+    for par in configs:
+        base = evaluate(model, selene, train, par, num_gpus=par.num_gpus).prediction.step_time_s
+        for field in ("intra_node_bytes_per_s", "inter_node_bytes_per_s"):
+            slow = dataclasses.replace(selene, **{field: getattr(selene, field) / 4})
+            slower = evaluate(model, slow, train, par, num_gpus=par.num_gpus).prediction.step_time_s
+            assert slower >= base
+            if field == "inter_node_bytes_per_s":  # every config here spans nodes
+                assert slower > base
+        laggy = dataclasses.replace(selene, inter_node_latency_s=selene.inter_node_latency_s * 10)
+        assert evaluate(model, laggy, train, par, num_gpus=par.num_gpus).prediction.step_time_s >= base
+
+
+# --- Catalog and purity --------------------------------------------------------------------------
+
+def test_catalog_entries_are_sourced_slugs_that_load():
+    for kind, loader in (("gpus", catalog.get_gpu), ("models", catalog.get_model), ("clusters", catalog.get_cluster)):
+        for entry in catalog.list_entries(kind):
+            assert entry["name"] == entry["name"].lower() and " " not in entry["name"]
+            assert entry.get("sources") or entry.get("source"), entry["name"]
+            loader(entry["name"])
+    for required in ("v100-sxm2-32gb", "a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb", "mi250x", "mi300x"):
+        catalog.get_gpu(required)
+    with pytest.raises(catalog.CatalogError) as err:
+        catalog.get_model("llama2-70")
+    assert "llama2-70b" in err.value.suggestions
+
+
+def test_solver_is_a_pure_library():
+    forbidden = {"fastapi", "sqlalchemy", "starlette", "app", "catalog", "torch", "pydantic"}
+    for path in Path(__file__).resolve().parent.parent.joinpath("solver").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] not in forbidden, f"{path.name} imports {name}"
