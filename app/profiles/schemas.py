@@ -1,0 +1,110 @@
+"""Schemas of /v1/profiles.
+
+The request body is a ``partitura-profile/1`` document. Its models below document the format
+for OpenAPI but accept any value: ``solver.profile_io.parse_profile_document`` validates it (one
+source of truth for the format, shared with the CLI), so a bad field is reported the same way
+everywhere, ``body.layers[3].forward_s``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# A two-layer model measured on a CPU (shortened from `partitura profile`'s output).
+PROFILE_EXAMPLE: dict[str, Any] = {
+    "format": "partitura-profile/1",
+    "model": {
+        "name": "tiny-gpt", "num_layers": 2, "hidden_size": 128, "num_attention_heads": 4,
+        "vocab_size": 512, "seq_length": 64,
+    },
+    "device": "NVIDIA H100 80GB HBM3",
+    "precision": "bf16",
+    "micro_batch_size": 4,
+    "seq_length": 64,
+    "tp_size": 1,
+    "layers": [
+        {"name": "embedding", "kind": "embedding", "forward_s": 2.1e-05, "backward_s": 7.3e-05,
+         "activation_bytes": 2048, "output_bytes": 65536, "parameter_count": 73728},
+        {"name": "layer.0", "kind": "transformer", "forward_s": 9.0e-04, "backward_s": 2.7e-03,
+         "activation_bytes": 1054720, "selective_activation_bytes": 1050624, "output_bytes": 65536,
+         "parameter_count": 198272, "selective_recompute_s": 1.9e-04},
+        {"name": "layer.1", "kind": "transformer", "forward_s": 9.1e-04, "backward_s": 2.8e-03,
+         "activation_bytes": 1054720, "selective_activation_bytes": 1050624, "output_bytes": 65536,
+         "parameter_count": 198272, "selective_recompute_s": 1.9e-04},
+        {"name": "head", "kind": "head", "forward_s": 2.0e-04, "backward_s": 3.3e-04,
+         "activation_bytes": 658436, "output_bytes": 0, "parameter_count": 65792},
+    ],
+}
+
+
+class ProfileLayerIn(BaseModel):
+    """One layer for one micro-batch on one GPU of the TP group (see solver.profile_io)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: Any = Field(None, description="unique layer name (embedding, layer.0, ..., head)")
+    kind: Any = Field(None, description="embedding, transformer or head; in that order")
+    forward_s: Any = Field(None, description="forward time, seconds (required)")
+    backward_s: Any = Field(None, description="backward time, seconds (required)")
+    activation_bytes: Any = Field(None, description="bytes kept for backward (required)")
+    output_bytes: Any = Field(None, description="bytes sent to the next layer (required)")
+    parameter_count: Any = Field(None, description="parameters on this GPU (or parameter_bytes, 2 per parameter)")
+    parameter_bytes: Any = Field(None, description="16-bit parameter bytes on this GPU")
+    selective_activation_bytes: Any = Field(None, description="kept under selective recompute (default: activation_bytes)")
+    checkpoint_bytes: Any = Field(None, description="kept under full recompute (default: the layer's input)")
+    selective_recompute_s: Any = Field(None, description="attention-core forward time, seconds (optional)")
+    tp_comm_s: Any = Field(None, description="tensor-parallel communication, seconds (optional)")
+    model_flops: Any = Field(None, description="useful FLOPs of forward + backward (optional)")
+    origin: Any = Field(None, description="measured (default), derived or analytic")
+
+
+class ProfileDocumentIn(BaseModel):
+    """A ``partitura-profile/1`` document, as ``partitura profile`` writes it."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra={"examples": [PROFILE_EXAMPLE]})
+
+    format: Any = Field(None, description='"partitura-profile/1"')
+    model: Any = Field(None, description="the model spec (as in the catalog)")
+    device: Any = Field(None, description="the device as the framework names it")
+    precision: Any = Field(None, description="bf16, fp16 or fp8")
+    micro_batch_size: Any = Field(None, description="micro-batch size measured at")
+    seq_length: Any = Field(None, description="sequence length measured at")
+    tp_size: Any = Field(None, description="tensor-parallel size whose one-GPU share was measured")
+    sequence_parallel: Any = Field(None, description="measured with sequence parallelism (default false)")
+    flash_attention: Any = Field(None, description="measured with a fused attention kernel (default true)")
+    source: Any = Field(None, description="what produced the document (free text)")
+    measurement: Any = Field(None, description="how it was measured: plain values (warmup, repeats, timer, ...)")
+    notes: Any = Field(None, description="list of strings")
+    layers: list[ProfileLayerIn] | Any = Field(None, description="embedding, transformer layers, head")
+
+    def document(self) -> dict[str, Any]:
+        """The document exactly as the client sent it (unset fields stay absent)."""
+        return self.model_dump(exclude_unset=True)
+
+
+class ProfileSummary(BaseModel):
+    """What a profile was measured on and at; ``num_layers`` counts transformer layers."""
+
+    id: str
+    created_at: datetime
+    model_name: str
+    device: str
+    precision: str
+    micro_batch_size: int
+    seq_length: int
+    tp_size: int
+    num_layers: int
+
+
+class Profile(ProfileSummary):
+    """A stored profile with its normalised document (defaults filled in)."""
+
+    document: dict[str, Any]
+
+
+class ProfileList(BaseModel):
+    items: list[ProfileSummary]
+    next_cursor: str | None = None
