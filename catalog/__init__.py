@@ -95,6 +95,7 @@ def gpu_spec_from_dict(data: dict[str, Any], field: str = "gpu") -> GpuSpec:
             gemm_efficiency={Precision(k): float(v) for k, v in effs.items()},
             hbm_efficiency=float(data.get("hbm_efficiency", 0.8)),
             num_sms=int(data.get("num_sms", 108)),
+            **({"gemm_saturation_dim": float(data["gemm_saturation_dim"])} if data.get("gemm_saturation_dim") else {}),
         )
     except KeyError as missing:
         raise SpecError(f"{field}.{missing.args[0]}", "is required") from None
