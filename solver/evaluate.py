@@ -15,6 +15,7 @@ from solver.hardware import ClusterSpec
 from solver.legality import check_structure, framework_violations, placement_violations, stage_layer_counts
 from solver.memory import (
     GIB_BYTES,
+    GRAD_ACCUMULATION_BYTES_PER_PARAM,
     WEIGHT_BYTES_PER_PARAM,
     model_state_bytes,
     optimizer_step_bytes_per_param,
@@ -117,8 +118,14 @@ def evaluate(
             "forward": sum(layer.forward_s for layer, _ in all_members),
             "backward": sum(layer.backward_s for layer, _ in all_members),
         }
-        times["total"] = times["compute"] + times["recompute"] + times["tp_comm"]
         params = sum(layer.parameter_count for layer, _ in all_members)
+        # With several micro-batches every backward adds into the gradient buffer (the local
+        # shard of it once ZeRO-2/3 reduce-scatter after each micro-batch).
+        accumulated = params / dp if parallel.zero_stage >= 2 else params
+        times["grad_accumulation"] = (
+            elementwise_time_s(cluster.gpu, GRAD_ACCUMULATION_BYTES_PER_PARAM * accumulated) if m > 1 else 0.0
+        )
+        times["total"] = times["compute"] + times["recompute"] + times["tp_comm"] + times["grad_accumulation"]
         largest_layer = max((layer.parameter_count for layer, _ in all_members), default=0)
 
         in_flight = in_flight_micro_batches(stage, pp, v, m)
@@ -174,6 +181,7 @@ def evaluate(
         "compute_s": m * critical["compute"],
         "recompute_s": m * critical["recompute"],
         "tp_comm_s": m * critical["tp_comm"],
+        "grad_accumulation_s": m * critical["grad_accumulation"],
         "pp_comm_s": pp_comm,
         "dp_comm_exposed_s": stage_times[tail_stage]["dp_exposed"],
         "bubble_s": bubble_s,

@@ -76,3 +76,9 @@ def optimizer_step_bytes_per_param(optimizer: OptimizerKind) -> int:
     in clipping (2) = 30. SGD with momentum: 8 + 2 + 8 + 2 + 2 = 22.
     """
     return 30 if optimizer is OptimizerKind.ADAM else 22
+
+
+# Accumulating one micro-batch's 16-bit weight gradients into the fp32 main gradients reads
+# the fp32 buffer (4), the new gradient (2) and writes the buffer (4): Megatron-LM's main_grad
+# accumulation and PyTorch AMP's .grad accumulation both stream this per micro-batch.
+GRAD_ACCUMULATION_BYTES_PER_PARAM = 10

@@ -16,6 +16,7 @@ BREAKDOWN_KEYS = (
     "tp_comm_s",  # tensor / sequence parallel collectives
     "pp_comm_s",  # pipeline point-to-point sends on the critical path
     "dp_comm_exposed_s",  # data-parallel gradient sync and ZeRO gathers not hidden by compute
+    "grad_accumulation_s",  # adding each micro-batch's gradients into the fp32 buffer
     "bubble_s",  # pipeline fill and drain
     "optimizer_s",  # optimizer step over the local shard
 )
