@@ -1,4 +1,4 @@
-"""``partitura profile`` and ``partitura calibrate``.
+"""``partitura profile``, ``partitura calibrate`` and ``partitura import-pipedream``.
 
 ``register(subparsers)`` adds both commands to the service CLI's argparse sub-parsers; each sets
 ``handler`` to a callable taking the parsed namespace and returning an exit status. torch is imported
@@ -24,7 +24,7 @@ UPLOAD_TIMEOUT_S = 60.0
 
 
 def register(subparsers: Any) -> None:
-    """Add the ``profile`` and ``calibrate`` sub-commands."""
+    """Add the ``profile``, ``calibrate`` and ``import-pipedream`` sub-commands."""
     profile = subparsers.add_parser(
         "profile", help="measure a model's per-layer profile with PyTorch (needs the profile extra)",
         description="Time forward and backward of each layer of a model on this machine and write a "
@@ -59,6 +59,24 @@ def register(subparsers: Any) -> None:
     calibrate.add_argument("--threads", type=int, default=None, help="CPU threads for torch (CPU runs)")
     calibrate.add_argument("--output", "-o", default=None, help="file to write (default: standard output)")
     calibrate.set_defaults(handler=run_calibrate)
+
+    pipedream = subparsers.add_parser(
+        "import-pipedream", help="convert a PipeDream profiler graph.txt into a profile document",
+        description="Group a PipeDream graph's nodes into the model's layers (embedding, transformer layers, "
+        "head) and write a partitura-profile/1 document (times converted from ms to s).",
+    )
+    pipedream.add_argument("graph", help="PipeDream profiler output (graph.txt)")
+    pipedream.add_argument("--model", required=True, help="catalog model name, or a JSON file with a model spec")
+    pipedream.add_argument("--micro-batch-size", type=int, required=True, help="the batch size PipeDream profiled")
+    pipedream.add_argument("--precision", required=True, choices=["bf16", "fp16", "fp8"], help="precision to plan with")
+    pipedream.add_argument(
+        "--nodes-per-layer", default=None,
+        help="comma-separated node counts per layer in topological order (num_layers + 2 entries)",
+    )
+    pipedream.add_argument("--device", default="unknown (PipeDream import)", help="the GPU PipeDream ran on")
+    pipedream.add_argument("--output", "-o", default=None, help="file to write (default: standard output)")
+    pipedream.add_argument("--upload", default=None, metavar="URL", help="POST the profile to URL/v1/profiles")
+    pipedream.set_defaults(handler=run_import_pipedream)
 
 
 def load_model(reference: str):
@@ -148,14 +166,47 @@ def run_profile(args: argparse.Namespace) -> int:
         print(f"error: {err.field}: {err.reason}", file=sys.stderr)
         return EXIT_BAD_INPUT
     _write(document, args.output)
-    if args.upload:
-        try:
-            reply = upload(document, args.upload)
-        except RuntimeError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return EXIT_FAILED
-        print(f"uploaded: profile id {reply.get('id')}", file=sys.stderr)
+    return _upload_and_report(document, args.upload)
+
+
+def _upload_and_report(document: dict, url: str | None) -> int:
+    if not url:
+        return 0
+    try:
+        reply = upload(document, url)
+    except RuntimeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"uploaded: profile id {reply.get('id')}", file=sys.stderr)
     return 0
+
+
+def run_import_pipedream(args: argparse.Namespace) -> int:
+    """Handler of ``partitura import-pipedream``; returns the exit status (no torch needed)."""
+    from solver.profile_io import import_pipedream, profile_document
+
+    try:
+        try:
+            text = Path(args.graph).read_text()
+        except OSError as err:
+            raise SpecError("graph", f"cannot read {args.graph}: {err.strerror}") from None
+        counts = None
+        if args.nodes_per_layer:
+            try:
+                counts = [int(part) for part in args.nodes_per_layer.split(",")]
+            except ValueError:
+                raise SpecError("nodes_per_layer", f"expected comma-separated integers, got {args.nodes_per_layer!r}") from None
+        document = profile_document(
+            import_pipedream(
+                text, load_model(args.model), micro_batch_size=args.micro_batch_size,
+                precision=Precision(args.precision), nodes_per_layer=counts, device=args.device,
+            )
+        )
+    except SpecError as err:
+        print(f"error: {err.field}: {err.reason}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    _write(document, args.output)
+    return _upload_and_report(document, args.upload)
 
 
 def match_catalog_gpu(name: str, memory_gib: float | None) -> str:

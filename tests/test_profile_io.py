@@ -240,3 +240,22 @@ def test_pipedream_import_errors_name_the_problem():
     with pytest.raises(SpecError) as err:
         parse_pipedream_graph(PIPEDREAM_GRAPH + "\tnode7 -- node2\n")
     assert "cycle" in err.value.reason
+
+
+def test_import_pipedream_command_writes_a_profile(tmp_path, capsys):
+    from profiler.cli import main  # the import command needs no torch
+
+    graph = tmp_path / "graph.txt"
+    graph.write_text(PIPEDREAM_GRAPH)
+    spec = tmp_path / "model.json"
+    spec.write_text(json.dumps({"name": "tiny", "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                                "vocab_size": 256, "seq_length": 32}))
+    out = tmp_path / "profile.json"
+    status = main(["import-pipedream", str(graph), "--model", str(spec), "--micro-batch-size", "4",
+                   "--precision", "fp16", "--nodes-per-layer", "1,2,2,1", "--output", str(out)])
+    assert status == 0
+    doc = parse_profile_document(json.loads(out.read_text()))
+    assert doc.profile.layers[1].forward_s == pytest.approx(1.05e-3)
+    assert main(["import-pipedream", str(graph), "--model", str(spec), "--micro-batch-size", "4",
+                 "--precision", "fp16", "--nodes-per-layer", "1,x"]) == 2
+    assert "nodes_per_layer" in capsys.readouterr().err
