@@ -3,5 +3,6 @@
 from app.catalog.models import CustomCluster, CustomModel
 from app.core.db import Base
 from app.plans.models import Plan, PlanCandidate
+from app.profiles.models import Profile
 
-__all__ = ["Base", "CustomCluster", "CustomModel", "Plan", "PlanCandidate"]
+__all__ = ["Base", "CustomCluster", "CustomModel", "Plan", "PlanCandidate", "Profile"]

@@ -12,7 +12,11 @@ from app.core.migrate import current_revision, downgrade, head_revision, upgrade
 from app.models import Base
 from conftest import BACKENDS, empty_database
 
-TABLES = {"plans", "plan_candidates", "custom_models", "custom_clusters"}
+TABLES = set(Base.metadata.tables)
+
+
+def test_the_service_tables_are_all_known():
+    assert {"plans", "plan_candidates", "custom_models", "custom_clusters"} <= TABLES
 
 
 def _tables(url: str) -> set[str]:

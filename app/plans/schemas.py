@@ -106,6 +106,20 @@ class Versions(BaseModel):
     ortools: str
 
 
+class NormalisedRequest(BaseModel):
+    """The plan request as stored: defaults filled in, unset options dropped."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | dict[str, Any]
+    cluster: str | dict[str, Any]
+    training: dict[str, Any]
+    objective: str
+    constraints: dict[str, Any]
+    top_k: int
+    time_budget_s: float
+
+
 class Plan(BaseModel):
     """A stored plan: the normalised request, the result and what it was computed from."""
 
@@ -115,7 +129,7 @@ class Plan(BaseModel):
     created_at: datetime
     status: Literal["succeeded", "infeasible"]
     timed_out: bool = Field(description="the search hit its time budget; the plan is the best found so far")
-    request: dict[str, Any]
+    request: NormalisedRequest
     best: Candidate | None
     candidates: list[Candidate]
     search: dict[str, Any]
