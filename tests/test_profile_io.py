@@ -259,3 +259,13 @@ def test_import_pipedream_command_writes_a_profile(tmp_path, capsys):
     assert main(["import-pipedream", str(graph), "--model", str(spec), "--micro-batch-size", "4",
                  "--precision", "fp16", "--nodes-per-layer", "1,x"]) == 2
     assert "nodes_per_layer" in capsys.readouterr().err
+
+
+def test_the_readme_example_is_a_valid_document():
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "profiler" / "README.md").read_text()
+    example = json.loads(text.split("```json\n", 1)[1].split("```", 1)[0])
+    doc = parse_profile_document(example)
+    assert doc.profile.layers[2].parameter_count == 198272  # from parameter_bytes / 2
+    assert doc.profile.layers[2].checkpoint_bytes == 65536  # default: layer.0's output
