@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from solver.errors import SpecError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
-PROBLEM_TYPE_BASE = "https://partitura.dev/problems/"
+PROBLEM_TYPE_BASE = "urn:partitura:problem:"
 
 logger = logging.getLogger("partitura.errors")
 
