@@ -24,7 +24,7 @@ PROBLEM_TYPE_BASE = "urn:partitura:problem:"
 logger = logging.getLogger("partitura.errors")
 
 
-@dataclass
+@dataclass(eq=False)
 class Problem(Exception):
     """An error answer; raise it anywhere below a router."""
 
