@@ -42,7 +42,19 @@ def register(subparsers: Any) -> None:
     profile.add_argument("--threads", type=int, default=None, help="CPU threads for torch (CPU runs)")
     profile.add_argument("--output", "-o", default=None, help="file to write (default: standard output)")
     profile.add_argument("--upload", default=None, metavar="URL", help="POST the profile to URL/v1/profiles")
+    profile.add_argument(
+        "--compare-cluster", default=None, metavar="CLUSTER",
+        help="also print measured vs analytic per layer for this catalog cluster (standard error)",
+    )
     profile.set_defaults(handler=run_profile)
+
+    compare = subparsers.add_parser(
+        "compare-profile", help="measured vs analytic per layer for a profile document",
+        description="Print each layer's measured and analytic forward/backward time and activation bytes.",
+    )
+    compare.add_argument("profile", help="a partitura-profile/1 document")
+    compare.add_argument("--cluster", required=True, help="catalog cluster whose GPU the analytic model assumes")
+    compare.set_defaults(handler=run_compare)
 
     calibrate = subparsers.add_parser(
         "calibrate", help="measure GEMM efficiency and memory bandwidth; write a catalog override",
@@ -161,12 +173,42 @@ def run_profile(args: argparse.Namespace) -> int:
             warmup=args.warmup,
             repeats=args.repeats,
         )
-        document = profile_document(profile_model(model, settings))
+        measured = profile_model(model, settings)
+        document = profile_document(measured)
+        if args.compare_cluster:
+            print(_comparison(measured, args.compare_cluster), file=sys.stderr)
     except SpecError as err:
         print(f"error: {err.field}: {err.reason}", file=sys.stderr)
         return EXIT_BAD_INPUT
     _write(document, args.output)
     return _upload_and_report(document, args.upload)
+
+
+def _comparison(document, cluster_name: str) -> str:
+    from catalog import CatalogError, get_cluster
+    from profiler.compare import compare_to_analytic, comparison_table
+
+    try:
+        cluster = get_cluster(cluster_name)
+    except CatalogError as err:
+        raise SpecError("cluster", str(err)) from None
+    return comparison_table(compare_to_analytic(document, cluster))
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Handler of ``partitura compare-profile``; prints the table, returns the exit status."""
+    from solver.profile_io import parse_profile_document
+
+    try:
+        try:
+            raw = json.loads(Path(args.profile).read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise SpecError("profile", f"cannot read {args.profile}: {err}") from None
+        print(_comparison(parse_profile_document(raw), args.cluster))
+    except SpecError as err:
+        print(f"error: {err.field}: {err.reason}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return 0
 
 
 def _upload_and_report(document: dict, url: str | None) -> int:

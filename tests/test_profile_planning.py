@@ -93,3 +93,14 @@ def test_the_partition_moves_layers_away_from_a_slow_layer(slow_layer, stage):
     after = _best_stage_layers(_measured(scale_layer=slow_layer))
     assert sum(before) == sum(after) == MODEL.num_layers
     assert after[stage] < before[stage], (before, after)
+
+
+def test_comparison_with_the_analytic_model_reports_per_layer_ratios():
+    from profiler.compare import compare_to_analytic, comparison_table
+    from solver.profile_io import ProfileDocument
+
+    rows = compare_to_analytic(ProfileDocument(model=MODEL, profile=_measured(scale_layer=2, factor=3.0)), CLUSTER)
+    assert [row.name for row in rows][:2] == ["embedding", "layer.0"]
+    assert rows[1].ratio("forward_s") == pytest.approx(1.0) and rows[1].ratio("activation_bytes") == pytest.approx(1.0)
+    assert rows[3].ratio("forward_s") == pytest.approx(3.0) and rows[3].ratio("backward_s") == pytest.approx(3.0)
+    assert "layer.1" in comparison_table(rows)
