@@ -120,3 +120,29 @@ def test_profiles_migration_up_down_up_matches_the_model(backend, tmp_path):
         finally:
             engine.dispose()
         upgrade(url)
+
+
+def test_measured_profile_for_a_plan_checks_the_model_shape(api, database_url):
+    from app.core.db import make_sessionmaker
+    from app.core.problems import Problem
+    from app.profiles.service import measured_profile
+    from solver.profile_io import model_from_dict
+
+    document = _document()
+    stored = api.post("/v1/profiles", json=document).json()
+    same_shape = model_from_dict({**document["model"], "name": "renamed"})
+    engine = make_engine(database_url)
+    try:
+        with make_sessionmaker(engine)() as session:
+            found = measured_profile(session, stored["id"], same_shape)
+            assert found.profile.layers[1].forward_s == 9.0e-04 and found.profile.micro_batch_size == 4
+            wider = model_from_dict({**document["model"], "hidden_size": 256})
+            with pytest.raises(Problem) as problem:
+                measured_profile(session, stored["id"], wider)
+            assert problem.value.errors[0]["field"] == "body.profile_id"
+            assert "hidden_size=128" in problem.value.errors[0]["reason"]
+            with pytest.raises(Problem) as problem:
+                measured_profile(session, "no-such-id", same_shape)
+            assert problem.value.status == 422
+    finally:
+        engine.dispose()
