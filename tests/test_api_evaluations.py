@@ -144,3 +144,30 @@ def test_non_finite_numbers_are_rejected(api):
     )
     problem = assert_problem(response, 422)
     assert error_fields(problem) == ["body.training.train_tokens"]
+
+
+def test_a_measured_profile_drives_the_evaluation(api):
+    from app.profiles.schemas import PROFILE_EXAMPLE
+
+    document = PROFILE_EXAMPLE | {"model": PROFILE_EXAMPLE["model"] | {"name": unique_name("tiny")}}
+    profile = api.post("/v1/profiles", json=document)
+    assert profile.status_code == 201, profile.text
+    request = {
+        "model": document["model"],
+        "cluster": "dgx-h100-x1",
+        "num_gpus": 1,
+        "training": {"global_batch_size": 8, "seq_length": 64},
+        "parallel": {"dp_size": 1, "tp_size": 1, "micro_batch_size": 4},
+    }
+    analytic = api.post("/v1/evaluations", json=request).json()
+    measured = api.post("/v1/evaluations", json=request | {"profile_id": profile.json()["id"]})
+    assert measured.status_code == 200, measured.text
+    assert set(measured.json()["profile_origins"].values()) == {"measured"}
+    assert set(analytic["profile_origins"].values()) <= {"analytic"}
+    assert measured.json()["prediction"]["step_time_s"] != analytic["prediction"]["step_time_s"]
+
+    problem = assert_problem(api.post("/v1/evaluations", json=request | {"profile_id": "no-such-profile"}), 422)
+    assert error_fields(problem) == ["body.profile_id"]
+    other_model = request | {"model": "gpt3-1.3b", "profile_id": profile.json()["id"]}
+    problem = assert_problem(api.post("/v1/evaluations", json=other_model), 422)
+    assert error_fields(problem) == ["body.profile_id"] and "num_layers" in problem["detail"]

@@ -82,6 +82,9 @@ class EvaluationRequest(BaseModel):
     num_gpus: PositiveInt | None = None
     training: Training
     parallel: Parallel
+    profile_id: str | None = Field(
+        None, description="a measured profile (POST /v1/profiles) to predict from instead of the analytic model"
+    )
 
 
 class Prediction(BaseModel):

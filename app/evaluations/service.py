@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from app.catalog.service import resolve
 from app.core.problems import from_spec_error, invalid_field
 from app.evaluations.schemas import EvaluationRequest, Training
+from app.profiles.service import measured_profile
 from solver.errors import SpecError
 from solver.evaluate import evaluate
 from solver.execution import TrainingSpec
@@ -43,13 +44,14 @@ def check_num_gpus(num_gpus: int | None, cluster: ClusterSpec) -> int:
 
 def evaluate_configuration(session: Session, body: EvaluationRequest) -> dict[str, Any]:
     resolved = resolve(session, body.model, body.cluster)
+    profile = measured_profile(session, body.profile_id, resolved.model).profile if body.profile_id else None
     # The read is over: release the connection (and SQLite's lock) before computing.
     session.rollback()
     training = training_spec(body.training)
     num_gpus = check_num_gpus(body.num_gpus, resolved.cluster)
     try:
         parallel = parallel_from_dict(body.parallel.model_dump())
-        result = evaluate(resolved.model, resolved.cluster, training, parallel, num_gpus=num_gpus)
+        result = evaluate(resolved.model, resolved.cluster, training, parallel, num_gpus=num_gpus, profile=profile)
     except SpecError as error:
         raise from_spec_error(error, "body") from None
     return result.to_dict()

@@ -87,6 +87,9 @@ class PlanRequest(BaseModel):
     deadline_s: PositiveFloat | None = Field(None, description="for min_gpus: the time to train to meet")
     gpu_hour_price_usd: NonNegativeFloat | None = Field(None, description="for min_cost; overrides the cluster's price")
     time_budget_s: PositiveFloat | None = None
+    profile_id: str | None = Field(
+        None, description="a measured profile (POST /v1/profiles) to plan from instead of the analytic model"
+    )
 
 
 class Candidate(BaseModel):

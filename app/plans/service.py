@@ -8,7 +8,7 @@ import hashlib
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +27,10 @@ from app.plans import repository
 from app.plans.models import Plan, PlanCandidate
 from app.plans.schemas import PlanRequest
 from app.plans.worker import run_search
+from app.profiles.service import measured_profile
 from solver.errors import SpecError
+from solver.profile import ModelProfile
+from solver.profile_io import profile_document
 from solver.search_types import Constraints, Objective, SearchRequest
 
 MAX_PAGE_SIZE = 100
@@ -59,7 +62,9 @@ def request_hash(request: dict[str, Any], snapshot: dict[str, Any], versions: Ve
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _search_request(body: PlanRequest, resolved: Resolved, time_budget_s: float) -> SearchRequest:
+def _search_request(
+    body: PlanRequest, resolved: Resolved, time_budget_s: float, profile: ModelProfile | None
+) -> SearchRequest:
     if body.num_gpus is not None:
         check_num_gpus(body.num_gpus, resolved.cluster)
     try:
@@ -75,6 +80,7 @@ def _search_request(body: PlanRequest, resolved: Resolved, time_budget_s: float)
             deadline_s=body.deadline_s,
             gpu_hour_price_usd=body.gpu_hour_price_usd,
             time_budget_s=time_budget_s,
+            profile=profile,
         )
     except SpecError as error:
         raise from_spec_error(error, "body") from None
@@ -166,9 +172,17 @@ def create_plan(
     otherwise search and store. Leaves the new plan flushed, for the caller to commit."""
     time_budget_s = min(body.time_budget_s or settings.plan_time_budget_s, settings.plan_time_budget_s)
     resolved = resolve(session, body.model, body.cluster)
+    profile = None
+    if body.profile_id is not None:
+        document = measured_profile(session, body.profile_id, resolved.model)
+        profile = document.profile
+        # The measurement is part of what the plan was computed from: snapshot it too.
+        resolved = replace(
+            resolved, snapshot={**resolved.snapshot, "profile": {"id": body.profile_id, "document": profile_document(document)}}
+        )
     request = normalise(body, time_budget_s)
     digest = request_hash(request, resolved.snapshot, versions)
-    search_request = _search_request(body, resolved, time_budget_s)
+    search_request = _search_request(body, resolved, time_budget_s, profile)
 
     stored = repository.get_by_hash(session, digest)
     if stored is not None:
