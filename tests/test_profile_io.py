@@ -269,3 +269,45 @@ def test_the_readme_example_is_a_valid_document():
     doc = parse_profile_document(example)
     assert doc.profile.layers[2].parameter_count == 198272  # from parameter_bytes / 2
     assert doc.profile.layers[2].checkpoint_bytes == 65536  # default: layer.0's output
+
+
+# Any JSON value in any place of a valid document: the validator accepts it or raises SpecError
+# naming a field, never anything else (the API turns SpecError into a 422, anything else is a 500).
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
+TOP_PLACES = ["format", "model", "device", "precision", "micro_batch_size", "seq_length", "tp_size",
+              "sequence_parallel", "flash_attention", "source", "measurement", "notes", "layers", "extra"]
+LAYER_PLACES = ["name", "kind", "forward_s", "backward_s", "activation_bytes", "output_bytes", "parameter_count",
+                "parameter_bytes", "selective_activation_bytes", "checkpoint_bytes", "selective_recompute_s",
+                "tp_comm_s", "model_flops", "origin", "extra"]
+MODEL_PLACES = ["name", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size",
+                "vocab_size", "seq_length", "mlp_activation", "tied_embeddings", "architecture", "position_embedding"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    where=st.sampled_from(["top", "layer", "model"]),
+    top=st.sampled_from(TOP_PLACES),
+    layer_index=st.integers(0, 3),
+    layer_key=st.sampled_from(LAYER_PLACES),
+    model_key=st.sampled_from(MODEL_PLACES),
+    value=JSON_VALUES,
+)
+def test_any_value_anywhere_is_accepted_or_a_spec_error(where, top, layer_index, layer_key, model_key, value):
+    raw = _document()
+    if where == "top":
+        raw[top] = value
+    elif where == "layer":
+        raw["layers"][layer_index][layer_key] = value
+    else:
+        raw["model"][model_key] = value
+    try:
+        parse_profile_document(raw)
+    except SpecError as err:
+        assert err.field and err.reason
