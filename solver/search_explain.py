@@ -1,0 +1,181 @@
+"""Why a search found nothing, and the smallest changes that would make it find something.
+
+Every suggested change is checked: the search runs again on the changed request (top 1) and the
+suggestion carries the plan it found, predicted by the evaluator.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+from solver.errors import SpecError
+from solver.evaluate import evaluate
+from solver.execution import Recompute, TrainingSpec
+from solver.memory import GIB_BYTES
+from solver.search_types import Constraints, Objective, SearchRequest, parallel_to_dict
+
+RULE_TEXT = {
+    "[memory]": "no configuration fits in GPU memory",
+    "[deadline]": "no plan meets the deadline",
+    "[tp_within_node]": "tensor parallelism must stay inside a node",
+    "[zero_with_pp]": "ZeRO-2/3 cannot be combined with pipeline parallelism",
+    "[framework_zero]": "the framework does not offer that ZeRO stage",
+    "[framework_pp]": "the framework has no pipeline parallelism",
+    "[batch_divisible]": "the global batch does not divide over dp_size x micro_batch_size",
+    "[pp_at_most_layers]": "more pipeline stages than layers",
+    "[interleave_micro_batches]": "interleaving needs micro-batches in multiples of pp_size",
+}
+SUGGESTION_BUDGET_S = 20.0  # all suggestion checks together
+
+
+def _binding(run) -> tuple[str, int]:
+    rejected = run.rejected
+    for rule in ("[deadline]", "[memory]"):
+        if rejected.get(rule):
+            return rule, rejected[rule]
+    if not rejected:
+        return "[constraints]", 0
+    rule = max(sorted(rejected), key=lambda r: rejected[r])
+    return rule, rejected[rule]
+
+
+def _least_memory_config(shape):
+    """The shape's configuration that needs the least memory: full recompute where allowed."""
+    parallel = shape.uniform()
+    if shape.full_recompute:
+        parallel = replace(parallel, recompute=Recompute.FULL)
+    return parallel
+
+
+def closest_miss(run) -> dict | None:
+    """The legal configuration that comes closest to fitting, evaluated."""
+    request = run.request
+    c = request.constraints
+    usable = request.cluster.gpu.memory_bytes * c.max_memory_fraction
+    best = None
+    seen = set()
+    for shape in run.legal:
+        parallel = _least_memory_config(shape)
+        if parallel in seen:
+            continue
+        seen.add(parallel)
+        ev = evaluate(request.model, request.cluster, request.training, parallel, shape.num_gpus, request.profile,
+                      c.framework, c.allow_tp_across_nodes, c.max_memory_fraction)
+        if best is None or ev.peak_bytes < best[0]:
+            best = (ev.peak_bytes, parallel, ev, shape.num_gpus)
+    if best is None:
+        return None
+    peak, parallel, ev, num_gpus = best
+    recompute = "full" if parallel.recompute is Recompute.FULL else parallel.recompute.value
+    capacity = request.cluster.gpu.memory_bytes / GIB_BYTES
+    limit = (f"the GPU has {capacity:.0f} GiB" if c.max_memory_fraction >= 1
+             else f"{c.max_memory_fraction:.0%} of the GPU's {capacity:.0f} GiB is {usable / GIB_BYTES:.1f} GiB")
+    text = (
+        f"best case needs {peak / GIB_BYTES:.1f} GiB per GPU on stage {ev.peak_stage} with tp {parallel.tp_size},"
+        f" pp {parallel.pp_size}, dp {parallel.dp_size}, ZeRO-{int(parallel.zero_stage)}, {recompute} recompute,"
+        f" micro-batch {parallel.micro_batch_size} on {num_gpus} GPUs; {limit}"
+    )
+    return {
+        "text": text,
+        "peak_gib": peak / GIB_BYTES,
+        "usable_gib": usable / GIB_BYTES,
+        "num_gpus": num_gpus,
+        "parallel": parallel_to_dict(parallel),
+        "memory_gib": ev.memory_to_dict()["breakdown_gib"],
+        "fits": ev.feasible,
+    }
+
+
+def _relaxed(constraints: Constraints, *dimensions: str, **changes) -> Constraints:
+    allowed = {k: v for k, v in constraints.allowed.items() if k not in dimensions}
+    return replace(constraints, allowed=allowed, **changes)
+
+
+def _changes(run, miss: dict | None):
+    """(what, changed request) pairs, smallest changes first."""
+    request = run.request
+    c = request.constraints
+    training = request.training
+    cluster = request.cluster
+    out = []
+    if Objective(request.objective) is Objective.MIN_GPUS:
+        out.append(("drop the deadline: the fastest plan", replace(request, objective=Objective.MIN_TIME_TO_TRAIN)))
+    for dimension in ("recompute", "zero_stage", "micro_batch_size", "tp_size", "pp_size", "dp_size", "virtual_stages", "sequence_parallel"):
+        if dimension in c.allowed:
+            out.append((f"lift the {dimension} constraint", replace(request, constraints=_relaxed(c, dimension))))
+    if c.max_memory_fraction < 1.0:
+        out.append(("use all of the GPU's memory (max_memory_fraction 1.0)", replace(request, constraints=replace(c, max_memory_fraction=1.0))))
+    if not c.allow_tp_across_nodes:
+        pass  # tensor parallelism across nodes is never a memory fix worth suggesting before others
+    current = request.num_gpus or cluster.num_gpus
+    if "num_gpus" in c.allowed:
+        out.append(("lift the num_gpus constraint", replace(request, constraints=_relaxed(c, "num_gpus"))))
+    for factor in (2, 4):
+        more = current * factor
+        if more <= cluster.num_gpus:
+            out.append((f"use {more} GPUs", replace(request, num_gpus=more, constraints=_relaxed(c, "num_gpus"))))
+        else:
+            nodes = math.ceil(more / cluster.gpus_per_node)
+            bigger = replace(cluster, num_nodes=nodes)
+            out.append((f"use {more} GPUs ({nodes} nodes)", replace(request, cluster=bigger, num_gpus=more, constraints=_relaxed(c, "num_gpus"))))
+    if training.seq_length >= 2 and training.seq_length % 2 == 0:
+        shorter = _training(training, seq_length=training.seq_length // 2)
+        out.append((f"a shorter sequence ({shorter.seq_length} tokens)", replace(request, training=shorter)))
+    if training.global_batch_size % 2 == 0:
+        smaller = _training(training, global_batch_size=training.global_batch_size // 2)
+        out.append((f"a smaller global batch ({smaller.global_batch_size} sequences)", replace(request, training=smaller)))
+    if miss is not None and not miss["fits"]:
+        need_gib = math.ceil(miss["peak_gib"] / c.max_memory_fraction)
+        gpu = replace(cluster.gpu, memory_bytes=need_gib * GIB_BYTES)
+        out.append((f"a GPU with at least {need_gib} GiB of memory", replace(request, cluster=replace(cluster, gpu=gpu))))
+    return out
+
+
+def _training(training: TrainingSpec, **changes) -> TrainingSpec:
+    return replace(training, **changes)
+
+
+def explain(run) -> dict:
+    """The explanation dict of an empty search result."""
+    from solver.search import find_plans
+
+    rule, count = _binding(run)
+    request = run.request
+    miss = closest_miss(run) if run.legal else None
+    explanation = {
+        "binding_constraint": rule.strip("[]"),
+        "binding_text": RULE_TEXT.get(rule, rule),
+        "rejections": dict(sorted(run.rejected.items())),
+        "closest_miss": miss,
+        "suggestions": [],
+    }
+    if rule == "[memory]" and miss is not None:
+        explanation["summary"] = "No configuration fits in memory: " + miss["text"]
+    elif rule == "[deadline]":
+        explanation["summary"] = f"No GPU count meets deadline_s {request.deadline_s:g} s"
+    else:
+        explanation["summary"] = f"No legal configuration: {RULE_TEXT.get(rule, rule)} ({count} rejected)"
+    stop = time.perf_counter() + SUGGESTION_BUDGET_S
+    for what, changed in _changes(run, miss):
+        remaining = stop - time.perf_counter()
+        if remaining <= 0:
+            break
+        try:
+            plans, _ = find_plans(replace(changed, top_k=1, time_budget_s=min(remaining, changed.time_budget_s)))
+        except SpecError:
+            continue
+        if plans:
+            best = plans[0]
+            p = best.evaluation.prediction
+            explanation["suggestions"].append({
+                "change": what,
+                "checked": True,
+                "num_gpus": best.num_gpus,
+                "parallel": parallel_to_dict(best.parallel),
+                "step_time_s": p.step_time_s,
+                "time_to_train_s": p.time_to_train_s,
+                "peak_gib": best.evaluation.peak_bytes / GIB_BYTES,
+            })
+    return explanation

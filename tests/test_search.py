@@ -1,0 +1,289 @@
+"""The optimizer against brute force through the evaluator, its constraints, objectives,
+validator, explanations and legality rules. Small instances only: the file runs in seconds."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import replace
+
+import pytest
+
+import catalog
+from solver.errors import SpecError
+from solver.evaluate import evaluate
+from solver.execution import Framework, ParallelConfig, Recompute, TrainingSpec, ZeroStage
+from solver.hardware import ClusterSpec
+from solver.legality import uniform_partition
+from solver.model import ModelSpec
+from solver.search import gpu_counts, search
+from solver.search_types import Constraints, Objective, SearchRequest
+from solver.validate import recompute_values, validate
+
+GIB = 2**30
+
+TINY = ModelSpec(name="tiny", num_layers=4, hidden_size=1024, num_attention_heads=8, vocab_size=32000, seq_length=1024)
+
+
+def tiny_cluster(memory_gib: float, num_nodes: int = 2, gpus_per_node: int = 4, price: float | None = 2.0) -> ClusterSpec:
+    gpu = catalog.get_gpu("a100-sxm4-80gb")
+    gpu = replace(gpu, memory_bytes=int(memory_gib * GIB))
+    return ClusterSpec("tiny", gpu, gpus_per_node, num_nodes, 300e9, 25e9, gpu_hour_price_usd=price)
+
+
+TRAINING = TrainingSpec(global_batch_size=16, seq_length=1024, train_tokens=1e9, flash_attention=False)
+
+
+def _compositions(total: int, parts: int):
+    for cuts in itertools.combinations(range(1, total), parts - 1):
+        bounds = (0, *cuts, total)
+        yield tuple(bounds[i + 1] - bounds[i] for i in range(parts))
+
+
+def brute_force(request: SearchRequest) -> tuple[float, ParallelConfig, int] | None:
+    """Every configuration in the search space (any partition for v = 1, uniform chunks when
+    interleaved, any number of fully recomputed layers per chunk), through the evaluator."""
+    model, cluster, training, c = request.model, request.cluster, request.training, request.constraints
+    price = request.gpu_hour_price_usd or cluster.gpu_hour_price_usd
+    best = None
+    for num_gpus in gpu_counts(request):
+        for tp, pp in itertools.product(range(1, num_gpus + 1), repeat=2):
+            if num_gpus % (tp * pp):
+                continue
+            dp = num_gpus // (tp * pp)
+            for zero, mb, v, sp in itertools.product(range(4), (1, 2, 4, 8, 16), (1, 2, 4), (False, True)):
+                if (sp and tp == 1) or (v > 1 and (pp == 1 or model.num_layers % (pp * v))):
+                    continue
+                chunks = pp * v
+                layer_options = list(_compositions(model.num_layers, chunks)) if v == 1 else [uniform_partition(model.num_layers, chunks)]
+                for base in (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL):
+                    for layers in layer_options:
+                        for full in [None, *itertools.product(*[range(n + 1) for n in layers])]:
+                            if full is not None and base is Recompute.FULL and not any(full):
+                                continue
+                            try:
+                                parallel = ParallelConfig(dp, tp, pp, ZeroStage(zero), mb, base, v, sp, layers, full)
+                            except SpecError:
+                                continue
+                            if not _admitted(c, parallel, num_gpus):
+                                continue
+                            try:
+                                ev = evaluate(model, cluster, training, parallel, num_gpus, None, c.framework,
+                                              c.allow_tp_across_nodes, c.max_memory_fraction)
+                            except SpecError:
+                                continue
+                            if not ev.feasible:
+                                continue
+                            p = ev.prediction
+                            objective = Objective(request.objective)
+                            if objective is Objective.MAX_THROUGHPUT:
+                                value = p.step_time_s / training.tokens_per_step
+                            elif objective is Objective.MIN_TIME_TO_TRAIN:
+                                value = p.time_to_train_s
+                            elif objective is Objective.MIN_COST:
+                                value = p.time_to_train_s * num_gpus * price / 3600
+                            else:
+                                if p.time_to_train_s > request.deadline_s:
+                                    continue
+                                value = num_gpus + p.time_to_train_s / 1e12  # fewest GPUs, then fastest
+                            if best is None or value < best[0]:
+                                best = (value, parallel, num_gpus)
+    return best
+
+
+def _admitted(c: Constraints, parallel: ParallelConfig, num_gpus: int) -> bool:
+    dims = {"dp_size": parallel.dp_size, "tp_size": parallel.tp_size, "pp_size": parallel.pp_size,
+            "zero_stage": int(parallel.zero_stage), "micro_batch_size": parallel.micro_batch_size,
+            "virtual_stages": parallel.virtual_stages, "sequence_parallel": parallel.sequence_parallel,
+            "num_gpus": num_gpus}
+    return all(c.admits(k, v) for k, v in dims.items()) and all(c.admits("recompute", r) for r in recompute_values(parallel))
+
+
+def _request(memory_gib: float = 3.0, **kwargs) -> SearchRequest:
+    kwargs.setdefault("num_gpus", 4)
+    return SearchRequest(TINY, tiny_cluster(memory_gib), TRAINING, **kwargs)
+
+
+def _search_value(result, request) -> float:
+    best = result.best
+    if Objective(request.objective) is Objective.MIN_GPUS:
+        return best.objective_value + best.evaluation.prediction.time_to_train_s / 1e12
+    return best.objective_value
+
+
+@pytest.mark.parametrize(
+    "objective, memory_gib, extra",
+    [
+        (Objective.MAX_THROUGHPUT, 3.0, {}),
+        (Objective.MAX_THROUGHPUT, 1.6, {}),  # tight: recomputation and uneven stages pay off
+        (Objective.MIN_TIME_TO_TRAIN, 2.0, {}),
+        (Objective.MIN_COST, 3.0, {"num_gpus": None, "constraints": Constraints.parse({"num_gpus": [1, 2, 4]})}),
+        (Objective.MIN_GPUS, 3.0, {"num_gpus": None, "deadline_s": None}),
+    ],
+)
+def test_search_best_equals_brute_force(objective, memory_gib, extra):
+    request = _request(memory_gib, objective=objective, **{k: v for k, v in extra.items() if k != "deadline_s"})
+    if objective is Objective.MIN_GPUS:
+        # A deadline that 1 GPU misses but 4 GPUs meet.
+        fastest = search(replace(request, objective=Objective.MIN_TIME_TO_TRAIN, num_gpus=4)).best
+        request = replace(request, deadline_s=fastest.evaluation.prediction.time_to_train_s * 1.3)
+    truth = brute_force(request)
+    result = search(request)
+    assert truth is not None and result.best is not None
+    assert _search_value(result, request) == pytest.approx(truth[0], rel=1e-9), (result.best.parallel, truth[1])
+    assert result.stats.proven_optimal
+
+
+def test_every_returned_plan_passes_the_validator_and_is_distinct():
+    request = _request(1.6, top_k=6)
+    result = search(request)
+    assert len(result.candidates) == 6
+    assert len({c.parallel for c in result.candidates}) == 6
+    values = [c.objective_value for c in result.candidates]
+    assert values == sorted(values)
+    for candidate in result.candidates:
+        assert validate(request, candidate.parallel, candidate.evaluation, candidate.parallel.num_gpus).ok
+        assert candidate.why
+    assert result.to_dict()["status"] == "succeeded"
+
+
+def test_validator_rejects_tampered_plans():
+    request = _request(1.6, constraints=Constraints.parse({"tp_size": [1, 2]}))
+    best = search(request).best
+    ok = validate(request, best.parallel, best.evaluation, 4)
+    assert ok.ok
+    # A different partition than the one evaluated: the reported prediction no longer matches.
+    layers = best.parallel.stage_layers or uniform_partition(4, best.parallel.num_chunks)
+    if best.parallel.pp_size > 1:
+        moved = (layers[0] + 1, layers[1] - 1, *layers[2:]) if layers[1] > 1 else (layers[0] - 1, layers[1] + 1, *layers[2:])
+        tampered = replace(best.parallel, stage_layers=moved, full_recompute_layers=None)
+        assert not validate(request, tampered, best.evaluation, 4).ok
+    # No recomputation at all on a tight GPU: does not fit.
+    bare = replace(best.parallel, recompute=Recompute.NONE, full_recompute_layers=None, micro_batch_size=16, dp_size=1,
+                   pp_size=1, tp_size=4, stage_layers=None, virtual_stages=1)
+    assert not validate(request, bare, None, 4).ok
+    # A constraint the request forbids.
+    wide = replace(best.parallel, tp_size=4, dp_size=1, pp_size=1, stage_layers=None, full_recompute_layers=None, virtual_stages=1)
+    assert any("tp_size" in p for p in validate(request, wide, None, 4).problems)
+    # ZeRO-3 with a pipeline.
+    piped = ParallelConfig(1, 1, 4, ZeroStage.OS_G_P, 1, Recompute.FULL)
+    assert any("zero_with_pp" in p for p in validate(_request(80.0), piped, None, 4).problems)
+
+
+def test_constraints_are_honoured():
+    c = Constraints.parse({"tp_size": 2, "zero_stage": {"min": 1}, "recompute": ["none", "selective"], "micro_batch_size": {"max": 2}})
+    request = _request(3.0, constraints=c, top_k=10)
+    result = search(request)
+    assert result.candidates
+    for candidate in result.candidates:
+        p = candidate.parallel
+        assert p.tp_size == 2 and p.zero_stage >= 1 and p.micro_batch_size <= 2
+        assert recompute_values(p) <= {"none", "selective"}
+        assert not p.full_recompute_layers or not any(p.full_recompute_layers)
+
+
+def test_memory_fraction_and_framework_are_honoured():
+    c = Constraints.parse({"max_memory_fraction": 0.6, "framework": "megatron"})
+    request = _request(3.0, constraints=c, top_k=5)
+    for candidate in search(request).candidates:
+        assert candidate.evaluation.peak_bytes <= 0.6 * 3.0 * GIB
+        assert candidate.parallel.zero_stage <= 1
+    fsdp = search(_request(3.0, constraints=Constraints.parse({"framework": "fsdp"}), top_k=5))
+    for candidate in fsdp.candidates:
+        assert candidate.parallel.pp_size == 1 and candidate.parallel.zero_stage in (0, 2, 3)
+
+
+def test_tp_stays_inside_a_node_unless_allowed():
+    request = SearchRequest(TINY, tiny_cluster(3.0, num_nodes=4, gpus_per_node=2), TRAINING, num_gpus=8, top_k=20)
+    assert all(c.parallel.tp_size <= 2 for c in search(request).candidates)
+    c = Constraints.parse({"allow_tp_across_nodes": True, "tp_size": 8})
+    assert search(replace(request, constraints=c)).best.parallel.tp_size == 8
+
+
+def test_bad_requests_raise_spec_errors():
+    with pytest.raises(SpecError) as error:
+        search(SearchRequest(TINY, tiny_cluster(3.0, price=None), TRAINING, num_gpus=4, objective=Objective.MIN_COST))
+    assert error.value.field == "gpu_hour_price_usd"
+    untimed = replace(TRAINING, train_tokens=None)
+    with pytest.raises(SpecError) as error:
+        search(SearchRequest(TINY, tiny_cluster(3.0), untimed, num_gpus=4, objective=Objective.MIN_TIME_TO_TRAIN))
+    assert error.value.field == "training.train_tokens"
+    with pytest.raises(SpecError) as error:
+        search(SearchRequest(TINY, tiny_cluster(3.0), TRAINING, objective=Objective.MIN_GPUS))
+    assert error.value.field == "deadline_s"
+    with pytest.raises(SpecError):
+        search(SearchRequest(TINY, tiny_cluster(3.0), TRAINING, num_gpus=64))
+    # The request's price overrides the cluster's; a missing cluster price is fine with it.
+    priced = search(SearchRequest(TINY, tiny_cluster(3.0, price=None), TRAINING, num_gpus=4,
+                                  objective=Objective.MIN_COST, gpu_hour_price_usd=3.0))
+    p = priced.best.evaluation.prediction
+    assert priced.best.objective_value == pytest.approx(p.time_to_train_s * 4 * 3.0 / 3600)
+
+
+def test_infeasible_request_explains_the_closest_miss_and_checked_fixes():
+    request = _request(1.6, num_gpus=2)  # 2 GPUs need 1.77 GiB at best, 4 GPUs 1.38 GiB
+    result = search(request)
+    assert result.status == "infeasible" and not result.candidates
+    explanation = result.explanation
+    assert explanation["binding_constraint"] == "memory"
+    miss = explanation["closest_miss"]
+    assert miss["peak_gib"] > 1.6
+    assert "GiB per GPU on stage" in miss["text"] and "the GPU has" in miss["text"]
+    assert "full recompute" in miss["text"]
+    changes = [s["change"] for s in explanation["suggestions"]]
+    assert any("GPUs" in c for c in changes)
+    assert any("GiB of memory" in c for c in changes)
+    for suggestion in explanation["suggestions"]:
+        assert suggestion["checked"] and suggestion["peak_gib"] > 0
+    assert result.to_dict()["explanation"] is explanation
+
+
+def test_legality_rules_named_in_rejections():
+    odd = replace(TINY, num_attention_heads=6, num_kv_heads=6, hidden_size=768, ffn_hidden_size=3000)
+    request = SearchRequest(odd, tiny_cluster(0.2), replace(TRAINING, global_batch_size=6), num_gpus=8)
+    result = search(request)
+    assert result.status == "infeasible"
+    rules = result.explanation["rejections"]
+    assert "[tp_divides_num_attention_heads]" in rules or "[tp_divides_ffn_hidden_size]" in rules
+    assert "[batch_divisible]" in rules
+    assert "[pp_at_most_layers]" in rules
+
+
+def test_per_stage_recompute_beats_uniform_full_recompute():
+    """The first stage holds p micro-batches, the last one: recomputing only where needed."""
+    eight = replace(TINY, num_layers=8)
+    c = Constraints.parse({"pp_size": 4, "tp_size": 1, "micro_batch_size": 1})
+    request = SearchRequest(eight, tiny_cluster(2.2), TRAINING, num_gpus=4, constraints=c)
+    best = search(request).best
+    assert best.parallel.full_recompute_layers is not None
+    recomputed = [len(s.full_recompute_layers) for s in best.evaluation.stages]
+    assert recomputed == sorted(recomputed, reverse=True) and recomputed[0] > recomputed[-1]
+    uniform_full = replace(best.parallel, recompute=Recompute.FULL, full_recompute_layers=None, stage_layers=None)
+    ev = evaluate(eight, request.cluster, TRAINING, uniform_full, 4)
+    assert ev.feasible
+    assert best.evaluation.prediction.step_time_s < ev.prediction.step_time_s
+
+
+def test_search_is_deterministic():
+    request = _request(1.6, top_k=4)
+    first, second = search(request), search(request)
+    assert [c.parallel for c in first.candidates] == [c.parallel for c in second.candidates]
+
+
+def test_solver_imports_no_service_code():
+    import pathlib
+    import re
+
+    for path in pathlib.Path("solver").glob("search*.py"):
+        text = path.read_text()
+        assert not re.search(r"^\s*(from|import)\s+(app|catalog|fastapi|sqlalchemy)\b", text, re.M), path
+    for name in ("partition.py", "validate.py"):
+        text = (pathlib.Path("solver") / name).read_text()
+        assert not re.search(r"^\s*(from|import)\s+(app|catalog|fastapi|sqlalchemy)\b", text, re.M), name
+
+
+def test_min_gpus_picks_fewest_counts_meeting_the_deadline():
+    request = _request(3.0, num_gpus=None, objective=Objective.MIN_GPUS, deadline_s=1e9, top_k=2)
+    result = search(request)
+    assert result.best.objective_value == 1.0  # any count meets a huge deadline
+    assert math.isfinite(result.best.evaluation.prediction.time_to_train_s)
