@@ -101,6 +101,14 @@ def _is_union_tag(part: Any) -> bool:
     )
 
 
+def _dotted(path: tuple[str | int, ...]) -> str:
+    """``("body", "layers", 2, "forward_s")`` as ``body.layers[2].forward_s``."""
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
 def validation_errors(raw_errors: list[dict[str, Any]]) -> list[dict[str, str]]:
     """Pydantic's errors as ``{"field", "reason"}``, one per field, most specific first.
 
@@ -108,9 +116,9 @@ def validation_errors(raw_errors: list[dict[str, Any]]) -> list[dict[str, str]]:
     also be told that it is not a string: errors of a shallower alternative are dropped when a
     deeper one exists under the same field.
     """
-    entries: list[tuple[tuple[str, ...], str, bool]] = []
+    entries: list[tuple[tuple[str | int, ...], str, bool]] = []
     for error in raw_errors:
-        loc = tuple(str(p) for p in error.get("loc", ()))
+        loc = tuple(error.get("loc", ()))
         tagged = any(_is_union_tag(p) for p in loc[1:])
         path = tuple(p for i, p in enumerate(loc) if i == 0 or not _is_union_tag(p))
         reason = str(error.get("msg", "is invalid"))
@@ -131,7 +139,7 @@ def validation_errors(raw_errors: list[dict[str, Any]]) -> list[dict[str, str]]:
         deeper = any(other[: len(path)] == path and len(other) > len(path) for other, _, _ in entries)
         if tagged and deeper:
             continue
-        key = (".".join(path), reason)
+        key = (_dotted(path), reason)
         if key not in seen:
             seen.add(key)
             kept.append({"field": key[0], "reason": reason})
