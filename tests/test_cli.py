@@ -107,3 +107,36 @@ def test_installed_console_script():
     assert result.returncode == 0
     for command in ("serve", "db", "plan", "evaluate", "catalog"):
         assert command in result.stdout
+
+
+PLAN = {
+    "model": "gpt3-350m",
+    "cluster": "dgx-a100-80gb-x1",
+    "training": {"global_batch_size": 64, "seq_length": 2048},
+    "constraints": {"tp_size": [1, 2]},
+    "top_k": 2,
+}
+
+
+def test_plan_from_stdin_gives_the_api_document():
+    code, out, err = run(["plan", "-"], stdin=json.dumps(PLAN))
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["status"] == "succeeded"
+    assert plan["best"] == plan["candidates"][0]
+    assert plan["best"]["parallel"]["tp_size"] in (1, 2)
+    assert plan["request"]["top_k"] == 2 and plan["versions"]["ortools"]
+
+
+def test_plan_with_db_stores_the_plan_once(tmp_path):
+    env = {"DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
+    assert run(["db", "upgrade"], env=env)[0] == 0
+    first = json.loads(run(["plan", "-", "--db"], env=env, stdin=json.dumps(PLAN))[1])
+    second = json.loads(run(["plan", "-", "--db"], env=env, stdin=json.dumps(PLAN))[1])
+    assert first["id"] == second["id"]
+
+
+def test_plan_input_errors_name_the_field():
+    code, _, err = run(["plan", "-"], stdin=json.dumps(PLAN | {"constraints": {"tp_size": 0}}))
+    assert code == 2
+    assert json.loads(err)["errors"][0]["field"] == "body.constraints.tp_size"
