@@ -381,7 +381,7 @@ def solve(problem: PartitionProblem, time_limit_s: float = 10.0) -> PartitionSol
     if problem.virtual_stages == 1 and problem.identical_layers:
         return solve_fast(problem)
     if problem.virtual_stages == 1:
-        from solver.partition_cpsat import solve_cpsat
+        from solver.search_cpsat import solve_cpsat
 
         return solve_cpsat(problem, time_limit_s=time_limit_s)
     return None

@@ -1,0 +1,178 @@
+"""Partition solvers: the fast path against CP-SAT (both models), CP-SAT against brute force on
+heterogeneous chains, and the partition model against the evaluator it mirrors."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import replace
+
+import pytest
+
+import catalog
+from solver.analytic import analytic_profile
+from solver.evaluate import evaluate
+from solver.execution import ParallelConfig, Recompute, TrainingSpec, ZeroStage
+from solver.legality import stage_layer_counts
+from solver.partition import NS_PER_S, PartitionProblem, fixed_partition, partition_problem, solve, solve_fast, stage_cost
+from solver.search_cpsat import solve_cpsat
+
+
+def random_problem(rng: random.Random, layers: int, stages: int, identical: bool) -> PartitionProblem:
+    def row(lo: int, hi: int) -> tuple[int, ...]:
+        if identical:
+            return (rng.randint(lo, hi),) * layers
+        return tuple(rng.randint(lo, hi) for _ in range(layers))
+
+    kept = row(500, 1000)
+    checkpoint = tuple(max(1, k // 10) for k in kept)
+    state = row(100, 400)
+    in_flight = tuple(float(stages - i) for i in range(stages))
+    per_stage = layers / stages
+    budget = tuple(
+        int(per_stage * (in_flight[i] * 750 * rng.uniform(0.02, 1.0) + 250 * rng.uniform(0.8, 1.6))) for i in range(stages)
+    )
+    ends = [rng.randint(100, 900), rng.randint(100, 900)]
+    extra_time = tuple([ends[0], *[0] * (stages - 2), ends[1]])
+    extra_state = tuple([ends[1], *[0] * (stages - 2), ends[0]])
+    return PartitionProblem(stages, 1, row(1000, 1100), row(300, 400), kept, checkpoint, state, rng.randint(200, 800),
+                            in_flight, extra_time, extra_state, budget, True)
+
+
+def _key(solution):
+    return None if solution is None else (solution.stage_time_ns, solution.max_stage_state_kib)
+
+
+def _check(problem: PartitionProblem, solution) -> None:
+    """The solution is a valid partition whose reported objectives are its own."""
+    assert sum(solution.stage_layers) == problem.num_layers and min(solution.stage_layers) >= 1
+    again = fixed_partition(problem, solution.stage_layers)
+    assert again is not None and again.stage_time_ns <= solution.stage_time_ns
+
+
+def test_fast_path_equals_cpsat_linear_and_prefix_models():
+    rng = random.Random(7)
+    checked = feasible = 0
+    for _ in range(40):
+        layers = rng.randint(2, 20)
+        stages = rng.randint(2, min(layers, 6))
+        problem = random_problem(rng, layers, stages, identical=True)
+        fast = solve_fast(problem)
+        linear = solve_cpsat(problem, linear=True)
+        prefix = solve_cpsat(problem, linear=False)
+        assert _key(fast) == _key(linear) == _key(prefix)
+        checked += 1
+        if fast is not None:
+            feasible += 1
+            _check(problem, fast)
+            assert fast.status == linear.status == "OPTIMAL"
+    assert feasible >= 10 and checked - feasible >= 3  # both outcomes exercised
+
+
+def _brute_force(problem: PartitionProblem):
+    best = None
+    layers, stages = problem.num_layers, problem.num_stages
+    for cuts in itertools.combinations(range(1, layers), stages - 1):
+        bounds = (0, *cuts, layers)
+        counts = [bounds[i + 1] - bounds[i] for i in range(stages)]
+        worst_time = worst_state = 0
+        for stage in range(stages):
+            fits = None
+            for k in range(counts[stage] + 1):  # the least recompute that fits is fastest
+                time_ns, memory, state = stage_cost(problem, stage, [(bounds[stage], counts[stage])], [k])
+                if memory <= problem.stage_budget_kib[stage]:
+                    fits = (time_ns, state)
+                    break
+            if fits is None:
+                break
+            worst_time, worst_state = max(worst_time, fits[0]), max(worst_state, fits[1])
+        else:
+            key = (worst_time, worst_state)
+            best = key if best is None or key < best else best
+    return best
+
+
+def test_cpsat_equals_brute_force_on_heterogeneous_chains():
+    rng = random.Random(11)
+    feasible = 0
+    for _ in range(25):
+        layers = rng.randint(3, 9)
+        stages = rng.randint(2, min(layers, 4))
+        problem = random_problem(rng, layers, stages, identical=False)
+        solution = solve_cpsat(problem)
+        assert _key(solution) == _brute_force(problem)
+        if solution is not None:
+            feasible += 1
+            _check(problem, solution)
+            assert solution.method == "cpsat" and solution.status == "OPTIMAL"
+    assert feasible >= 5
+
+
+def test_cpsat_is_fast_on_128_layers_and_64_stages():
+    import time
+
+    problem = random_problem(random.Random(5), 128, 64, identical=True)
+    started = time.perf_counter()
+    solution = solve_cpsat(problem)
+    assert time.perf_counter() - started < 3.0
+    assert _key(solution) == _key(solve_fast(problem))
+
+
+def test_dispatch_uses_the_fast_path_for_identical_layers():
+    problem = random_problem(random.Random(3), 16, 4, identical=True)
+    assert solve(problem).method == "fast"
+    hetero = random_problem(random.Random(3), 8, 3, identical=False)
+    solution = solve(hetero)
+    assert solution is None or solution.method == "cpsat"
+
+
+# ---------------------------------------------------------------- the model mirrors the evaluator
+
+GPT = catalog.get_model("gpt3-13b")
+CLUSTER = catalog.cluster_spec_from_dict({**catalog.get_entry("nodes", "dgx-a100-80gb"), "num_nodes": 16})
+
+
+@pytest.mark.parametrize(
+    "parallel, flash",
+    [
+        (ParallelConfig(4, 2, 4, ZeroStage.OS, 2, Recompute.NONE), True),
+        (ParallelConfig(2, 4, 4, ZeroStage.NONE, 1, Recompute.SELECTIVE, 1, True), False),
+        (ParallelConfig(8, 4, 1, ZeroStage.OS_G_P, 1, Recompute.NONE), True),
+        (ParallelConfig(1, 8, 4, ZeroStage.NONE, 4, Recompute.NONE, 2, True), True),
+        (ParallelConfig(2, 2, 8, ZeroStage.OS, 1, Recompute.NONE, 1, False, (4, 5, 5, 5, 5, 5, 6, 5)), False),
+    ],
+)
+def test_partition_model_matches_the_evaluator(parallel, flash):
+    """At the evaluator's own peak memory (+/- 0.01%) the partition model says fits / does not
+    fit, and its bottleneck time is the evaluator's to within the rounding of each layer."""
+    training = TrainingSpec(512, 2048, flash_attention=flash)
+    ev = evaluate(GPT, CLUSTER, training, parallel, parallel.num_gpus)
+    prof = analytic_profile(GPT, CLUSTER, training, parallel.tp_size, parallel.micro_batch_size, parallel.sequence_parallel)
+    m = ev.num_micro_batches
+    counts = stage_layer_counts(GPT, parallel)
+    roomy = partition_problem(prof, parallel, training, m, ev.peak_bytes * 1.0001, False, CLUSTER.gpu)
+    tight = partition_problem(prof, parallel, training, m, ev.peak_bytes * 0.9999, False, CLUSTER.gpu)
+    fits = fixed_partition(roomy, counts)
+    assert fits is not None
+    assert fixed_partition(tight, counts) is None
+    slowest_ns = max(s.time_per_micro_batch_s for s in ev.stages) * NS_PER_S
+    assert slowest_ns <= fits.stage_time_ns <= slowest_ns + GPT.num_layers + 4
+
+
+def test_per_stage_recompute_least_is_brute_force_least():
+    training = TrainingSpec(512, 2048, flash_attention=False)
+    parallel = ParallelConfig(2, 8, 8, ZeroStage.OS, 1, Recompute.NONE)
+    prof = analytic_profile(GPT, CLUSTER, training, 8, 1, False)
+    ev = evaluate(GPT, CLUSTER, training, parallel, 128)
+    problem = partition_problem(prof, parallel, training, ev.num_micro_batches, 0.8 * ev.peak_bytes, True, CLUSTER.gpu)
+    counts = (5,) * 8
+    solution = fixed_partition(problem, counts)
+    assert solution is not None and solution.recompute_layers[0] > solution.recompute_layers[-1]
+    for stage, k in enumerate(solution.recompute_layers):
+        first = 5 * stage
+        for fewer in range(k):
+            _, memory, _ = stage_cost(problem, stage, [(first, 5)], [fewer])
+            assert memory > problem.stage_budget_kib[stage]
+    full = replace(parallel, recompute=Recompute.FULL, full_recompute_layers=solution.recompute_layers)
+    checked = evaluate(GPT, CLUSTER, training, full, 128, max_memory_fraction=0.8 * ev.peak_bytes / CLUSTER.gpu.memory_bytes)
+    assert checked.feasible
