@@ -283,3 +283,52 @@ def test_metrics_count_solves_and_plans(api):
     assert samples['partitura_solve_duration_seconds_count{outcome="succeeded"}'] >= 1
     assert samples['partitura_plans_created_total{status="succeeded"}'] >= 1
     assert samples['partitura_plans{status="succeeded"}'] >= 1
+
+
+def test_a_search_past_its_budget_is_stored_and_marked_timed_out(api):
+    body = plan_body(
+        model="gpt3-175b", cluster="dgx-a100-80gb-x128", num_gpus=None,
+        training={"global_batch_size": 1536, "seq_length": 2048}, time_budget_s=0.001,
+    )
+    response = api.post("/v1/plans", json={k: v for k, v in body.items() if v is not None})
+    assert response.status_code == 201, response.text
+    plan = response.json()
+    assert plan["timed_out"] is True and plan["search"]["timed_out"] is True
+    assert plan["request"]["time_budget_s"] == 0.001
+    listed = api.get("/v1/plans", params={"model": "gpt3-175b", "cluster": "dgx-a100-80gb-x128"}).json()["items"]
+    assert [item["timed_out"] for item in listed if item["id"] == plan["id"]] == [True]
+
+
+def test_two_replicas_on_one_database_answer_identical_requests_with_one_plan(api, database_url):
+    replica = start_server(server_settings(database_url))
+    try:
+        body = plan_body(model=small_model(api))
+        with httpx.Client(base_url=replica.base_url, timeout=120) as other, ThreadPoolExecutor(max_workers=4) as threads:
+            clients = [api, other, api, other]
+            responses = list(threads.map(lambda client: client.post("/v1/plans", json=body), clients))
+        assert sorted(r.status_code for r in responses) == [200, 200, 200, 201], [r.text for r in responses]
+        assert len({r.json()["id"] for r in responses}) == 1
+    finally:
+        replica.stop()
+
+
+def test_a_plan_is_written_in_one_transaction(live_server):
+    """A failure while writing the candidates leaves no plan row behind."""
+    from app.plans.models import PlanCandidate
+
+    state = live_server.app.state
+    plan_id = unique_name("atomic")
+    plan = Plan(
+        id=plan_id, created_at=utc_now(), request_hash=unique_name("hash").ljust(64, "0"), status="succeeded",
+        model_name="m", cluster_name="c", objective="max_throughput", num_gpus=1, timed_out=False, request={},
+        catalog_snapshot={}, solver_version="v", ortools_version="v", search_stats={}, explanation=None,
+    )
+    for _ in range(2):  # two candidates with the same rank break uq_plan_candidates_plan_id_rank
+        plan.candidates.append(PlanCandidate(rank=1, parallel={}, document={}))
+    with state.sessionmaker() as session:
+        session.add(plan)
+        with pytest.raises(IntegrityError):
+            session.flush()
+        session.rollback()
+    with state.sessionmaker() as session:
+        assert session.get(Plan, plan_id) is None
