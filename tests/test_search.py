@@ -68,7 +68,7 @@ def brute_force(request: SearchRequest) -> tuple[float, ParallelConfig, int] | N
                             if not _admitted(c, parallel, num_gpus):
                                 continue
                             try:
-                                ev = evaluate(model, cluster, training, parallel, num_gpus, None, c.framework,
+                                ev = evaluate(model, cluster, training, parallel, num_gpus, request.profile, c.framework,
                                               c.allow_tp_across_nodes, c.max_memory_fraction)
                             except SpecError:
                                 continue
@@ -287,3 +287,24 @@ def test_min_gpus_picks_fewest_counts_meeting_the_deadline():
     result = search(request)
     assert result.best.objective_value == 1.0  # any count meets a huge deadline
     assert math.isfinite(result.best.evaluation.prediction.time_to_train_s)
+
+
+def test_heterogeneous_measured_profile_goes_through_cpsat_and_equals_brute_force():
+    from solver.analytic import analytic_profile
+
+    eight = replace(TINY, num_layers=6)
+    cluster = tiny_cluster(2.2)
+    profile = analytic_profile(eight, cluster, TRAINING, 1, 1, False)
+    layers = tuple(
+        replace(layer, forward_s=layer.forward_s * (1 + 0.15 * i), backward_s=layer.backward_s * (1 + 0.1 * i),
+                activation_bytes=int(layer.activation_bytes * (1 + 0.05 * i)))
+        if layer.kind.value == "transformer" else layer
+        for i, layer in enumerate(profile.layers)
+    )
+    measured = profile.with_layers(layers)
+    c = Constraints.parse({"tp_size": 1, "micro_batch_size": 1, "zero_stage": [0, 1], "pp_size": [2, 4], "virtual_stages": 1})
+    request = SearchRequest(eight, cluster, TRAINING, num_gpus=4, constraints=c, profile=measured)
+    result = search(request)
+    truth = brute_force(request)
+    assert result.stats.cpsat_calls > 0 and result.stats.cpsat_status.get("OPTIMAL", 0) == result.stats.cpsat_calls
+    assert result.best.objective_value == pytest.approx(truth[0], rel=1e-9), (result.best.parallel, truth[1])

@@ -1,0 +1,133 @@
+"""Speed and memory of the optimizer on the issue's four cases, and the per-stage recompute gain.
+
+Run: ``python bench/search.py``. Prints the median wall time of 5 searches per case (each in a
+fresh process state: the profile and partition caches are cleared between runs), the peak RSS
+of this process, and the best plan. Targets on a 2-core machine: 175B <= 1 s, 1T <= 3 s,
+peak RSS < 1 GiB. Then a case where a uniform recompute setting must recompute every layer while
+the per-stage plan recomputes only what each stage needs.
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import catalog  # noqa: E402
+from solver.analytic import analytic_profile  # noqa: E402
+from solver.evaluate import evaluate  # noqa: E402
+from solver.execution import Recompute, TrainingSpec  # noqa: E402
+from solver.partition import _layer_rows  # noqa: E402
+from solver.search import _cached_profile, _model_time_s, _selective_changes_nothing, search  # noqa: E402
+from solver.search_types import Constraints, SearchRequest  # noqa: E402
+
+RUNS = 5
+TARGETS_S = {"gpt3-175b": 1.0, "megatron-1t": 3.0}
+RSS_TARGET_GIB = 1.0
+
+
+def cluster(node: str, gpus: int):
+    entry = catalog.get_entry("nodes", node)
+    return catalog.cluster_spec_from_dict({**entry, "num_nodes": max(1, gpus // entry["gpus_per_node"])})
+
+
+def cases() -> list[tuple[str, SearchRequest]]:
+    return [
+        ("gpt3-175b", SearchRequest(catalog.get_model("gpt3-175b"), cluster("dgx-a100-80gb", 1024), TrainingSpec(1536, 2048))),
+        ("megatron-1t", SearchRequest(catalog.get_model("megatron-1t"), cluster("dgx-a100-80gb", 3072), TrainingSpec(3072, 2048))),
+        # 4M tokens per batch at 4096 tokens per sequence = 1024 sequences.
+        ("llama2-70b", SearchRequest(catalog.get_model("llama2-70b"), cluster("dgx-h100", 64), TrainingSpec(1024, 4096))),
+        ("bert-large", SearchRequest(catalog.get_model("bert-large"), cluster("dgx1-v100", 8), TrainingSpec(256, 512, precision="fp16"))),
+    ]
+
+
+def clear_caches() -> None:
+    for cached in (analytic_profile, _cached_profile, _model_time_s, _selective_changes_nothing, _layer_rows):
+        cached.cache_clear()
+
+
+def time_case(request: SearchRequest):
+    times, result = [], None
+    for _ in range(RUNS):
+        clear_caches()
+        started = time.perf_counter()
+        result = search(request)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), result
+
+
+def describe(candidate) -> str:
+    p = candidate.parallel
+    pred = candidate.evaluation.prediction
+    recompute = p.recompute.value
+    if p.full_recompute_layers is not None:
+        recompute += f" (full layers per stage {list(p.full_recompute_layers)})"
+    layers = f" layers {list(p.stage_layers)}" if p.stage_layers else ""
+    return (
+        f"dp {p.dp_size} tp {p.tp_size} pp {p.pp_size} v {p.virtual_stages} ZeRO-{int(p.zero_stage)} mb {p.micro_batch_size}"
+        f" sp {p.sequence_parallel} recompute {recompute}{layers}: {pred.step_time_s:.3f} s/step, MFU {pred.mfu:.1%},"
+        f" peak {candidate.evaluation.peak_bytes / 2**30:.1f} GiB"
+    )
+
+
+def recompute_gain() -> None:
+    """GPT-3 175B on 128 A100-40GB at tp 4, pp 16, dp 2, micro-batch 1: the first stages hold up to
+    16 micro-batches of activations and must recompute, the last ones need not. With one
+    recompute setting for every layer only full recompute fits (none and selective need
+    49.3 GiB); the per-stage plan recomputes what each stage needs and moves layers off the
+    crowded first stages."""
+    model = catalog.get_model("gpt3-175b")
+    request = SearchRequest(
+        model, cluster("dgx-a100-40gb", 128), TrainingSpec(1536, 2048), num_gpus=128,
+        constraints=Constraints.parse({"tp_size": 4, "pp_size": 16, "micro_batch_size": 1, "virtual_stages": 1,
+                                       "zero_stage": 1, "sequence_parallel": True}),
+    )
+    best = search(request).best
+    uniform_results = []
+    for recompute in Recompute:
+        parallel = replace(best.parallel, recompute=recompute, full_recompute_layers=None, stage_layers=None)
+        ev = evaluate(model, request.cluster, request.training, parallel, 128)
+        uniform_results.append((recompute.value, ev))
+    print("\nPer-stage recompute (GPT-3 175B, 128 A100-40GB, tp 4 pp 16 dp 2 mb 1, ZeRO-1, SP)")
+    for name, ev in uniform_results:
+        state = "fits" if ev.feasible else f"does not fit ({ev.peak_bytes / 2**30:.1f} GiB)"
+        print(f"  uniform {name:9}: {ev.prediction.step_time_s:8.3f} s/step, {state}")
+    stages = best.evaluation.stages
+    per_stage = [len(s.full_recompute_layers) for s in stages]
+    held = [len(s.layers) for s in stages]
+    print(f"  per-stage plan  : {best.evaluation.prediction.step_time_s:8.3f} s/step, layers {held},"
+          f" recomputed {per_stage}")
+    uniform_full = next(ev for name, ev in uniform_results if name == "full")
+    gain = uniform_full.prediction.step_time_s / best.evaluation.prediction.step_time_s - 1
+    print(f"  gain over uniform full recompute (the only uniform setting that fits): {gain:+.1%}")
+
+
+def main() -> int:
+    ok = True
+    print(f"{'case':14} {'median s':>9} {'target':>7} {'enum':>6} {'pruned':>6} {'eval':>5} {'cpsat':>5} optimal  best plan")
+    for name, request in cases():
+        median_s, result = time_case(request)
+        target = TARGETS_S.get(name)
+        ok &= target is None or median_s <= target
+        s = result.stats
+        print(
+            f"{name:14} {median_s:9.3f} {target if target else '-':>7} {s.configurations_enumerated:6d}"
+            f" {s.configurations_pruned:6d} {s.configurations_evaluated:5d} {s.cpsat_calls:5d} {str(s.proven_optimal):7}  "
+            + (describe(result.best) if result.best else result.explanation["summary"])
+        )
+    rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30
+    ok &= rss_gib < RSS_TARGET_GIB
+    print(f"peak RSS {rss_gib:.3f} GiB (target < {RSS_TARGET_GIB} GiB)")
+    recompute_gain()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
