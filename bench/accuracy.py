@@ -135,9 +135,25 @@ def _candidates(record: dict, settings: dict, model: ModelSpec, global_batch: in
         yield ParallelConfig(dp, tp, pp, zero, mb, rc, v, seq_par)
 
 
-def evaluate_record(record: dict, inputs: dict) -> RunResult:
+def record_settings(record: dict, inputs: dict) -> dict:
+    """The record's source settings, overridden by its own entry in run_inputs.json."""
     sources = inputs["sources"]
-    settings = {**sources[_source_key(record["id"], sources)], **inputs["records"].get(record["id"], {})}
+    return {**sources[_source_key(record["id"], sources)], **inputs["records"].get(record["id"], {})}
+
+
+def training_for(record: dict, settings: dict, model: ModelSpec) -> TrainingSpec:
+    gpus = record["cluster"]["gpus"]
+    return TrainingSpec(
+        global_batch_size=record["parallel"].get("global_batch") or settings["global_batch_per_gpu"] * gpus,
+        seq_length=record["model"].get("seq_len") or model.seq_length,
+        precision=settings.get("precision", "bf16"),
+        optimizer=settings.get("optimizer", "adam"),
+        flash_attention=settings.get("flash_attention", True),
+    )
+
+
+def evaluate_record(record: dict, inputs: dict) -> RunResult:
+    settings = record_settings(record, inputs)
     metric = _metric(record["measured"])
     model = _model_for(record, settings)
     if metric is None or model is None:
@@ -145,14 +161,8 @@ def evaluate_record(record: dict, inputs: dict) -> RunResult:
         return RunResult(record["id"], metric[0] if metric else "-", metric[1] if metric else None, None, "", skipped=why)
     cluster = _cluster_for(record, settings)
     gpus = record["cluster"]["gpus"]
-    global_batch = record["parallel"].get("global_batch") or settings["global_batch_per_gpu"] * gpus
-    training = TrainingSpec(
-        global_batch_size=global_batch,
-        seq_length=record["model"].get("seq_len") or model.seq_length,
-        precision=settings.get("precision", "bf16"),
-        optimizer=settings.get("optimizer", "adam"),
-        flash_attention=settings.get("flash_attention", True),
-    )
+    training = training_for(record, settings, model)
+    global_batch = training.global_batch_size
     framework = Framework(settings.get("framework", "any"))
     best: tuple[bool, float, ParallelConfig, Evaluation] | None = None
     for parallel in _candidates(record, settings, model, global_batch):
