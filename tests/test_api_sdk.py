@@ -63,7 +63,7 @@ def test_generated_client_creates_and_fetches_a_plan(live_server, tmp_path):
         print(json.dumps({
             "status_code": int(created.status_code), "id": plan.id, "status": str(plan.status.value if hasattr(plan.status, "value") else plan.status),
             "fetched_id": fetched.id, "best_tp": fetched.best.parallel["tp_size"] if fetched.best else None,
-            "listed": [item.id for item in page.items], "num_layers": model["num_layers"] if isinstance(model, dict) else model.additional_properties["num_layers"],
+            "listed": [item.id for item in page.items], "num_layers": model.num_layers, "builtin": model.builtin,
         }))
         """
     )
@@ -75,4 +75,4 @@ def test_generated_client_creates_and_fetches_a_plan(live_server, tmp_path):
     assert outcome["fetched_id"] == outcome["id"]
     assert outcome["best_tp"] in (1, 2)
     assert outcome["id"] in outcome["listed"]
-    assert outcome["num_layers"] == 24
+    assert outcome["num_layers"] == 24 and outcome["builtin"] is True

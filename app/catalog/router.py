@@ -5,35 +5,44 @@ from __future__ import annotations
 from fastapi import APIRouter, Response, status
 
 from app.catalog import service
-from app.catalog.schemas import CatalogEntry, CatalogList, ClusterSpec, ModelSpec
+from app.catalog.schemas import (
+    ClusterEntry,
+    ClusterList,
+    ClusterSpec,
+    GpuEntry,
+    GpuList,
+    ModelEntry,
+    ModelList,
+    ModelSpec,
+)
 from app.core.deps import SessionDep
 from app.core.openapi import PROBLEM_RESPONSES
 
 router = APIRouter(prefix="/v1/catalog", tags=["catalog"], responses=PROBLEM_RESPONSES)
 
 
-@router.get("/gpus", operation_id="list_gpus", response_model=CatalogList)
+@router.get("/gpus", operation_id="list_gpus", response_model=GpuList)
 def list_gpus(session: SessionDep) -> dict:
     return {"items": service.list_entries(session, "gpus")}
 
 
-@router.get("/gpus/{name}", operation_id="get_gpu", response_model=CatalogEntry)
+@router.get("/gpus/{name}", operation_id="get_gpu", response_model=GpuEntry)
 def get_gpu(name: str, session: SessionDep) -> dict:
     return service.get_entry(session, "gpus", name)
 
 
-@router.get("/models", operation_id="list_models", response_model=CatalogList)
+@router.get("/models", operation_id="list_models", response_model=ModelList)
 def list_models(session: SessionDep) -> dict:
     return {"items": service.list_entries(session, "models")}
 
 
-@router.get("/models/{name}", operation_id="get_model", response_model=CatalogEntry)
+@router.get("/models/{name}", operation_id="get_model", response_model=ModelEntry)
 def get_model(name: str, session: SessionDep) -> dict:
     return service.get_entry(session, "models", name)
 
 
 @router.post(
-    "/models", operation_id="create_model", response_model=CatalogEntry, status_code=status.HTTP_201_CREATED
+    "/models", operation_id="create_model", response_model=ModelEntry, status_code=status.HTTP_201_CREATED
 )
 def create_model(body: ModelSpec, response: Response, session: SessionDep) -> dict:
     entry = service.create_custom(session, "models", body)
@@ -49,18 +58,18 @@ def delete_model(name: str, session: SessionDep) -> Response:
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.get("/clusters", operation_id="list_clusters", response_model=CatalogList)
+@router.get("/clusters", operation_id="list_clusters", response_model=ClusterList)
 def list_clusters(session: SessionDep) -> dict:
     return {"items": service.list_entries(session, "clusters")}
 
 
-@router.get("/clusters/{name}", operation_id="get_cluster", response_model=CatalogEntry)
+@router.get("/clusters/{name}", operation_id="get_cluster", response_model=ClusterEntry)
 def get_cluster(name: str, session: SessionDep) -> dict:
     return service.get_entry(session, "clusters", name)
 
 
 @router.post(
-    "/clusters", operation_id="create_cluster", response_model=CatalogEntry, status_code=status.HTTP_201_CREATED
+    "/clusters", operation_id="create_cluster", response_model=ClusterEntry, status_code=status.HTTP_201_CREATED
 )
 def create_cluster(body: ClusterSpec, response: Response, session: SessionDep) -> dict:
     entry = service.create_custom(session, "clusters", body)

@@ -96,17 +96,46 @@ class ClusterSpec(BaseModel):
     gpu_hour_price_usd: NonNegativeFloat | None = None
 
 
-class CatalogEntry(BaseModel):
-    """A catalog entry as stored: the spec's fields, its sources, and whether it is built in."""
+class GpuEntry(GpuSpec):
+    """A catalog GPU: its spec, where each number comes from, and whether it is built in."""
 
     model_config = ConfigDict(extra="allow")
 
-    name: str
+    # Looser than the input spec: the catalog data may list precisions the API does not take yet.
+    peak_tflops: dict[str, float]
+    gemm_efficiency: dict[str, float] | None = None
     builtin: bool
 
 
-class CatalogList(BaseModel):
-    items: list[CatalogEntry]
+class ModelEntry(ModelSpec):
+    """A catalog model: its spec, its source, and whether it is built in (else custom)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    mlp_activation: str
+    architecture: str
+    position_embedding: str = "learned"
+    builtin: bool
+
+
+class ClusterEntry(ClusterSpec):
+    """A catalog cluster: its spec, its sources, and whether it is built in (else custom)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    builtin: bool
+
+
+class GpuList(BaseModel):
+    items: list[GpuEntry]
+
+
+class ModelList(BaseModel):
+    items: list[ModelEntry]
+
+
+class ClusterList(BaseModel):
+    items: list[ClusterEntry]
 
 
 def entry_dict(entry: dict[str, Any], builtin: bool) -> dict[str, Any]:
