@@ -117,7 +117,9 @@ def framework_violations(parallel: ParallelConfig, framework: Framework) -> list
 
 
 def placement_violations(cluster: ClusterSpec, parallel: ParallelConfig, allow_tp_across_nodes: bool) -> list[str]:
-    if not allow_tp_across_nodes and parallel.tp_size > cluster.gpus_per_node:
+    # TP ranks are adjacent (Megatron-LM's layout): a group stays in one node only when tp_size
+    # divides the node's GPU count (tp 6 on 8-GPU nodes puts ranks 6-11 across two nodes).
+    if not allow_tp_across_nodes and cluster.gpus_per_node % parallel.tp_size:
         return [
             f"[tp_within_node] tp_size {parallel.tp_size} spans nodes of {cluster.gpus_per_node} GPUs"
             " (allow_tp_across_nodes is false)"
