@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 from itertools import accumulate
 
 import numpy as np
@@ -103,10 +103,10 @@ def _ns(value_s: float) -> int:
     return int(math.ceil(value_s * NS_PER_S))
 
 
-@lru_cache(maxsize=4096)
-def _layer_rows(profile: ModelProfile, selective: bool) -> tuple[tuple[int, ...], ...]:
+def layer_rows(profile: ModelProfile, selective: bool) -> tuple[tuple[int, ...], ...]:
     """Per transformer layer: time ns, recompute ns, kept KiB, checkpoint KiB, parameters,
-    full activation KiB. Cached: one profile serves every ZeRO stage, dp and pp."""
+    recompute working-set KiB. One profile's rows serve every ZeRO stage, dp and pp: callers
+    that plan many shapes compute them once (``partition_problem``'s ``rows``)."""
     blocks = profile.transformer_layers
     return (
         tuple(_ns(layer.time_s(False, selective)) for layer in blocks),
@@ -126,6 +126,7 @@ def partition_problem(
     usable_bytes: float,
     allow_recompute: bool,
     gpu_spec: GpuSpec,
+    rows: tuple[tuple[int, ...], ...] | None = None,
 ) -> PartitionProblem:
     """The partition problem of ``parallel`` (its dp/tp/pp/ZeRO/micro-batch/v; its partition and
     recompute are what is being chosen). Memory follows ``solver.evaluate`` term by term:
@@ -144,7 +145,7 @@ def partition_problem(
     fraction = (reserve_bytes(2.0**40) - runtime) / 2.0**40
     allocatable = (usable_bytes - runtime) / (1.0 + fraction)
 
-    times, recomputes, kept, checkpoints, params, working = _layer_rows(profile, selective)
+    times, recomputes, kept, checkpoints, params, working = rows or layer_rows(profile, selective)
     extras_all = [layer for layer in (embedding, head) if layer is not None]
     largest = max([*params, *(layer.parameter_count for layer in extras_all)], default=0)
     gather_buffers = 0.0

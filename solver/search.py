@@ -20,13 +20,12 @@ import bisect
 import itertools
 import time
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 
 from solver.errors import SpecError
 from solver.evaluate import evaluate, resolve_profile
-from solver.execution import Framework, ParallelConfig, Recompute, ZeroStage
+from solver.execution import ParallelConfig, Recompute, ZeroStage
 from solver.legality import check_structure, framework_violations, placement_violations, uniform_partition
-from solver.partition import NS_PER_S, PartitionSolution, fixed_partition, partition_problem, solve
+from solver.partition import PartitionSolution, fixed_partition, layer_rows, partition_problem, solve
 from solver.profile import ModelProfile
 from solver.result import Evaluation
 from solver.schedule import pipeline_comm_s
@@ -71,6 +70,11 @@ class _Run:
     legal: list[Shape] = field(default_factory=list)  # shapes that passed every rule
     closest: list[tuple[float, ParallelConfig, Evaluation]] = field(default_factory=list)  # memory misses
     partitions_exact: bool = True
+    framework_rules: dict[tuple[int, int], list[str]] = field(default_factory=dict)  # (pp, zero) -> violations
+    profiles: "_Profiles" = field(init=False)  # per-search profile caches
+
+    def __post_init__(self) -> None:
+        self.profiles = _Profiles(self.request)
 
     def reject(self, rule: str) -> None:
         self.rejected[rule] = self.rejected.get(rule, 0) + 1
@@ -187,72 +191,94 @@ def _rule(message: str) -> str:
 
 
 def _legal(run: _Run, shape: Shape, coarse: bool = False) -> bool:
-    """Whether the shape passes the structural, framework and placement rules. ``coarse``:
-    only the rules of (tp, pp, dp) itself, counted once for the whole group."""
+    """Whether the shape passes the legality rules. ``coarse``: the structural rules
+    (``check_structure``) and placement of (tp, pp, dp) with micro-batch 1 and no interleaving,
+    counted once for the whole group. Otherwise the framework rules of (pp, ZeRO stage): the
+    generator already keeps micro-batches, interleaving and layer counts legal, and everything
+    returned passes ``check_structure`` again in the evaluator and the validator."""
     request = run.request
-    parallel = shape.uniform()
-    problems = []
-    try:
-        check_structure(request.model, request.cluster, request.training, parallel, shape.num_gpus)
-    except SpecError as error:
-        problems.append(_rule(error.reason) if error.reason.startswith("[") else error.field)
     constraints = request.constraints
     if coarse:
+        parallel = shape.uniform()
+        problems = []
+        try:
+            check_structure(request.model, request.cluster, request.training, parallel, shape.num_gpus)
+        except SpecError as error:
+            problems.append(_rule(error.reason) if error.reason.startswith("[") else error.field)
         problems += placement_violations(request.cluster, parallel, constraints.allow_tp_across_nodes)
-    else:
-        problems += framework_violations(parallel, constraints.framework)
-    for problem in problems:
+        for problem in problems:
+            run.reject(_rule(problem))
+        if problems:
+            run.stats.configurations_enumerated += 1
+            run.stats.configurations_illegal += 1
+        return not problems
+    key = (shape.pp_size, shape.zero_stage)
+    if key not in run.framework_rules:
+        probe = ParallelConfig(pp_size=shape.pp_size, zero_stage=ZeroStage(shape.zero_stage))
+        run.framework_rules[key] = framework_violations(probe, constraints.framework)
+    for problem in run.framework_rules[key]:
         run.reject(_rule(problem))
-    if problems and coarse:
-        run.stats.configurations_enumerated += 1
-        run.stats.configurations_illegal += 1
-    return not problems
+    return not run.framework_rules[key]
 
 
-# --------------------------------------------------------------------------- bounds and plans
+class _Profiles:
+    """Per-search caches of profiles and what is derived from them, keyed by small tuples
+    (hashing a whole profile costs more than what it would save)."""
+
+    def __init__(self, request: SearchRequest) -> None:
+        self.request = request
+        self._profiles: dict[tuple, ModelProfile] = {}
+        self._model_time: dict[tuple, float] = {}
+        self._rows: dict[tuple, tuple] = {}
+
+    def profile(self, tp: int, mb: int, sp: bool) -> ModelProfile:
+        key = (tp, mb, sp)
+        if key not in self._profiles:
+            r = self.request
+            parallel = ParallelConfig(tp_size=tp, micro_batch_size=mb, sequence_parallel=sp)
+            self._profiles[key] = resolve_profile(r.model, r.cluster, r.training, parallel, r.profile)
+        return self._profiles[key]
+
+    def model_time_s(self, tp: int, mb: int, sp: bool, selective: bool) -> float:
+        """One micro-batch's forward + backward + TP time through every layer (no full recompute)."""
+        key = (tp, mb, sp, selective)
+        if key not in self._model_time:
+            self._model_time[key] = sum(layer.time_s(False, selective) for layer in self.profile(tp, mb, sp).layers)
+        return self._model_time[key]
+
+    def selective_changes_nothing(self, tp: int, mb: int, sp: bool) -> bool:
+        """With fused attention there is no score tensor to drop: selective recompute is a no-op."""
+        return self.model_time_s(tp, mb, sp, True) == self.model_time_s(tp, mb, sp, False) and all(
+            layer.selective_activation_bytes == layer.activation_bytes for layer in self.profile(tp, mb, sp).layers
+        )
+
+    def rows(self, tp: int, mb: int, sp: bool, selective: bool) -> tuple:
+        key = (tp, mb, sp, selective)
+        if key not in self._rows:
+            self._rows[key] = layer_rows(self.profile(tp, mb, sp), selective)
+        return self._rows[key]
 
 
-def _profile(request: SearchRequest, tp: int, mb: int, sp: bool) -> ModelProfile:
-    return _cached_profile(request.model, request.cluster, request.training, tp, mb, sp, request.profile)
+def _dominated_selective(run: _Run, shape: Shape) -> bool:
+    none_admitted = run.request.constraints.admits("recompute", Recompute.NONE.value)
+    noop = run.profiles.selective_changes_nothing(shape.tp_size, shape.micro_batch_size, shape.sequence_parallel)
+    return noop and (none_admitted or shape.full_recompute)
 
 
-@lru_cache(maxsize=2048)
-def _cached_profile(model, cluster, training, tp, mb, sp, measured) -> ModelProfile:
-    parallel = ParallelConfig(tp_size=tp, micro_batch_size=mb, sequence_parallel=sp)
-    return resolve_profile(model, cluster, training, parallel, measured)
-
-
-def _dominated_selective(request: SearchRequest, shape: Shape) -> bool:
-    prof = _profile(request, shape.tp_size, shape.micro_batch_size, shape.sequence_parallel)
-    none_admitted = request.constraints.admits("recompute", Recompute.NONE.value)
-    return _selective_changes_nothing(prof) and (none_admitted or shape.full_recompute)
-
-
-def _step_lower_bound_s(request: SearchRequest, shape: Shape) -> float:
+def _step_lower_bound_s(run: _Run, shape: Shape) -> float:
     """No configuration of this shape steps faster: every stage's time is at least the model's
     forward + backward + TP time (no full recompute) over pp, the 1F1B schedule runs
     m + (p - 1)/v of the slowest stage, and the pipeline's p2p sends are on the critical path."""
-    prof = _profile(request, shape.tp_size, shape.micro_batch_size, shape.sequence_parallel)
-    per_micro_batch = _model_time_s(prof, shape.base_recompute is Recompute.SELECTIVE) / shape.pp_size
-    m = request.training.global_batch_size // (shape.dp_size * shape.micro_batch_size)
-    blocks = prof.transformer_layers
-    comm = pipeline_comm_s(request.cluster, shape.uniform(), m, blocks[0].output_bytes if blocks else 0)
+    request = run.request
+    selective = shape.base_recompute is Recompute.SELECTIVE
+    tp, mb, sp = shape.tp_size, shape.micro_batch_size, shape.sequence_parallel
+    per_micro_batch = run.profiles.model_time_s(tp, mb, sp, selective) / shape.pp_size
+    m = request.training.global_batch_size // (shape.dp_size * mb)
+    comm = 0.0
+    if shape.pp_size > 1:
+        blocks = run.profiles.profile(tp, mb, sp).transformer_layers
+        comm = pipeline_comm_s(request.cluster, shape.uniform(), m, blocks[0].output_bytes if blocks else 0)
     return (m + (shape.pp_size - 1) / shape.virtual_stages) * per_micro_batch + comm
-
-
-@lru_cache(maxsize=4096)
-def _model_time_s(prof: ModelProfile, selective: bool) -> float:
-    """One micro-batch's forward + backward + TP time through every layer (no full recompute)."""
-    return sum(layer.time_s(False, selective) for layer in prof.layers)
-
-
-@lru_cache(maxsize=4096)
-def _selective_changes_nothing(prof: ModelProfile) -> bool:
-    """With fused attention there is no score tensor to drop: selective recompute is a no-op."""
-    return all(
-        layer.selective_recompute_s == 0 and layer.selective_activation_bytes == layer.activation_bytes
-        for layer in prof.layers
-    )
 
 
 def _objective_value(request: SearchRequest, step_time_s: float, num_gpus: int) -> float:
@@ -279,10 +305,12 @@ def _plan(run: _Run, shape: Shape, optimise_partition: bool = True) -> list[Para
     recompute) and the uniform one, when they fit under the partition model."""
     request = run.request
     training = request.training
-    prof = _profile(request, shape.tp_size, shape.micro_batch_size, shape.sequence_parallel)
+    tp, mb, sp = shape.tp_size, shape.micro_batch_size, shape.sequence_parallel
+    prof = run.profiles.profile(tp, mb, sp)
+    rows = run.profiles.rows(tp, mb, sp, shape.base_recompute is Recompute.SELECTIVE)
     uniform = shape.uniform()
-    m = training.global_batch_size // (shape.dp_size * shape.micro_batch_size)
-    problem = partition_problem(prof, uniform, training, m, _usable_bytes(request), shape.full_recompute, request.cluster.gpu)
+    m = training.global_batch_size // (shape.dp_size * mb)
+    problem = partition_problem(prof, uniform, training, m, _usable_bytes(request), shape.full_recompute, request.cluster.gpu, rows)
     solutions: list[PartitionSolution] = []
     even = uniform_partition(request.model.num_layers, uniform.num_chunks)
     fixed = fixed_partition(problem, even)
@@ -344,10 +372,12 @@ def _rank_key(value: float, evaluation: Evaluation, parallel: ParallelConfig, nu
     return (value, evaluation.prediction.step_time_s, num_gpus, repr(sorted(parallel_to_dict(parallel).items())))
 
 
-def search_counts(run: _Run, request: SearchRequest, counts: list[int], top_k: int, accept=None) -> list[_Held]:
+def search_counts(
+    run: _Run, request: SearchRequest, counts: list[int], top_k: int, accept=None, ceiling: float = float("inf")
+) -> list[_Held]:
     """Best-first over the shapes of every count in ``counts``; the top ``top_k`` plans, ranked
     by ``request``'s objective. ``accept(evaluation)`` may turn down a feasible plan (min_gpus:
-    the deadline)."""
+    the deadline); shapes whose bound exceeds ``ceiling`` cannot be accepted and are pruned."""
     stats = run.stats
     bounded: list[tuple[float, Shape]] = []
     for num_gpus in counts:
@@ -356,18 +386,18 @@ def search_counts(run: _Run, request: SearchRequest, counts: list[int], top_k: i
             if not _legal(run, shape):
                 stats.configurations_illegal += 1
                 continue
-            if shape.base_recompute is Recompute.SELECTIVE and _dominated_selective(request, shape):
+            if shape.base_recompute is Recompute.SELECTIVE and _dominated_selective(run, shape):
                 stats.configurations_pruned += 1  # the same plan as its base-none twin
                 continue
             run.legal.append(shape)
-            step_lb = _step_lower_bound_s(request, shape)
+            step_lb = _step_lower_bound_s(run, shape)
             bounded.append((_objective_value(request, step_lb, num_gpus), shape))
     bounded.sort(key=lambda item: (item[0], item[1]))
 
     held: list[_Held] = []  # ascending by key, at most top_k
     seen: set[ParallelConfig] = set()
     for index, (bound, shape) in enumerate(bounded):
-        if len(held) >= top_k and bound >= held[-1].key[0]:
+        if bound > ceiling or (len(held) >= top_k and bound >= held[-1].key[0]):
             stats.configurations_pruned += len(bounded) - index
             break
         if time.perf_counter() > run.deadline:
@@ -399,6 +429,31 @@ def search_counts(run: _Run, request: SearchRequest, counts: list[int], top_k: i
     return held
 
 
+def _time_to_train_bound_s(run: _Run, num_gpus: int) -> float:
+    """No plan on ``num_gpus`` GPUs trains faster. A shape's step takes at least its m
+    micro-batches through its slowest stage, which holds at least 1/pp of the model:
+    m * model_time / pp = B * tp * model_time(tp, mb, sp) / (mb * N). The minimum over every tp
+    that fits the model and the node, every micro-batch size and SP bounds all shapes."""
+    request = run.request
+    training, model = request.training, request.model
+    best_s = float("inf")
+    for tp in _divisors(num_gpus):
+        if model.num_attention_heads % tp or model.num_kv_heads % tp or model.ffn_hidden_size % tp:
+            continue
+        if request.cluster.gpus_per_node % tp and not request.constraints.allow_tp_across_nodes:
+            continue
+        if not request.constraints.admits("tp_size", tp):
+            continue
+        for mb in _divisors(training.global_batch_size):
+            if mb > MICRO_BATCH_CHOICES_MAX or not request.constraints.admits("micro_batch_size", mb):
+                continue
+            for sp in (False, True) if tp > 1 else (False,):
+                per_sample = run.profiles.model_time_s(tp, mb, sp, False) * tp / mb
+                best_s = min(best_s, training.global_batch_size * per_sample / num_gpus)
+    steps = training.train_tokens / training.tokens_per_step
+    return steps * best_s
+
+
 def _search_min_gpus(run: _Run, counts: list[int]) -> list[_Held]:
     """Fewest GPUs whose best plan meets the deadline; ties broken by time to train. Counts are
     tried in increasing order."""
@@ -409,10 +464,14 @@ def _search_min_gpus(run: _Run, counts: list[int]) -> list[_Held]:
     for num_gpus in counts:
         if len(found) >= request.top_k:
             break
+        if _time_to_train_bound_s(run, num_gpus) > request.deadline_s:
+            run.stats.configurations_pruned += 1
+            run.reject("[deadline]")
+            continue
         if time.perf_counter() > run.deadline:
             run.stats.timed_out = True
             break
-        plans = search_counts(run, fastest, [num_gpus], request.top_k - len(found), accept=meets)
+        plans = search_counts(run, fastest, [num_gpus], request.top_k - len(found), accept=meets, ceiling=request.deadline_s)
         found.extend(replace(h, value=float(h.num_gpus)) for h in plans)
     return found
 
@@ -478,6 +537,7 @@ def _why(item: _Held, following: _Held | None) -> str:
         return head + f"; ties with the next plan within {q.step_time_s - p.step_time_s:.3g} s"
     names = {
         "compute_s": "compute", "recompute_s": "recomputation", "tp_comm_s": "tensor-parallel communication",
+        "grad_accumulation_s": "gradient accumulation",
         "pp_comm_s": "pipeline communication", "dp_comm_exposed_s": "exposed data-parallel communication",
         "bubble_s": "pipeline bubble", "optimizer_s": "optimizer step",
     }

@@ -14,7 +14,7 @@ from solver.errors import SpecError
 from solver.evaluate import evaluate
 from solver.execution import Recompute, TrainingSpec
 from solver.memory import GIB_BYTES
-from solver.search_types import Constraints, Objective, SearchRequest, parallel_to_dict
+from solver.search_types import Constraints, Objective, parallel_to_dict
 
 RULE_TEXT = {
     "[memory]": "no configuration fits in GPU memory",

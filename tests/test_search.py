@@ -12,7 +12,7 @@ import pytest
 import catalog
 from solver.errors import SpecError
 from solver.evaluate import evaluate
-from solver.execution import Framework, ParallelConfig, Recompute, TrainingSpec, ZeroStage
+from solver.execution import ParallelConfig, Recompute, TrainingSpec, ZeroStage
 from solver.hardware import ClusterSpec
 from solver.legality import uniform_partition
 from solver.model import ModelSpec
