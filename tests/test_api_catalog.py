@@ -78,6 +78,9 @@ def test_custom_model_errors_name_the_field(api):
     problem = assert_problem(api.post("/v1/catalog/models", json=missing), 422)
     assert problem["errors"] == [{"field": "body.vocab_size", "reason": "is required"}]
 
+    problem = assert_problem(api.post("/v1/catalog/models", json=custom_model(unique_name("m")) | {"num_layers": 5000}), 422)
+    assert error_fields(problem) == ["body.num_layers"] and "1024" in problem["detail"]
+
     problem = assert_problem(api.post("/v1/catalog/models", json=custom_model("has spaces")), 422)
     assert error_fields(problem) == ["body.name"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -52,7 +52,8 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [GPT3_1_3B_EXAMPLE]})
 
     name: EntryName
-    num_layers: Size
+    # At most 1024 layers (published models have under 200): keeps one search within seconds.
+    num_layers: Annotated[int, Field(strict=True, ge=1, le=1024)]
     hidden_size: Size
     num_attention_heads: Size
     num_kv_heads: Size | None = None

@@ -60,6 +60,17 @@ class SolverPool:
                 self._executor = None
         executor.shutdown(wait=False, cancel_futures=True)
 
+    def _terminate(self, executor: ProcessPoolExecutor) -> None:
+        """Stop the executor's worker processes. Python 3.11's ProcessPoolExecutor has no public
+        way to stop a running task (``terminate_workers`` arrives in 3.14), so its process table
+        is used directly."""
+        with self._lock:
+            if self._executor is executor:
+                self._executor = None
+        for process in list((getattr(executor, "_processes", None) or {}).values()):
+            process.terminate()
+        executor.shutdown(wait=False, cancel_futures=True)
+
     def _take_slot(self) -> None:
         if not self._slots.acquire(blocking=False):
             raise SolverSaturated(self.retry_after_s)
@@ -102,7 +113,10 @@ class SolverPool:
         try:
             return future.result(timeout=timeout_s)
         except FutureTimeout:
-            future.cancel()
+            # The solver overran its own budget by the grace period: stop it rather than let it
+            # hold a CPU. Other searches of this pool fail too (503, retryable); the next call
+            # starts a fresh pool.
+            self._terminate(executor)
             raise SolverUnavailable(f"the search did not return within {timeout_s:g} s") from None
         except BrokenProcessPool:
             self._discard_broken(executor)
