@@ -24,7 +24,8 @@ weights, 2 bytes each) are required; ``selective_activation_bytes`` (default: ac
 i.e. no saving known), ``checkpoint_bytes`` (default: the layer's input, the previous layer's
 output_bytes), ``selective_recompute_s``, ``tp_comm_s``, ``model_flops`` (default 0: unknown,
 filled from the analytic model by ``derive_profile``) and ``origin`` (default measured) are
-optional. Layers run embedding, ``model.num_layers`` transformer layers, head, in that order.
+optional (null means not given). Layers run embedding, ``model.num_layers`` transformer layers,
+head, in that order.
 Every error is a ``SpecError`` whose field names the place, e.g. ``layers[3].forward_s``.
 """
 
@@ -183,10 +184,15 @@ def _layer_from_dict(index: int, raw: Any, previous_output_bytes: int | None) ->
     raw = _object(path, raw, LAYER_REQUIRED + LAYER_OPTIONAL)
     for key in LAYER_REQUIRED:
         _required(path, raw, key)
-    times = {key: _seconds(f"{path}.{key}", raw.get(key, 0.0)) for key in TIME_FIELDS}
+    # A required field must hold a valid value (null is an error); an optional one may be null,
+    # which means "not given".
+    times = {
+        key: _seconds(f"{path}.{key}", raw[key])
+        for key in TIME_FIELDS if key in LAYER_REQUIRED or raw.get(key) is not None
+    }
     sizes = {
         key: _integer(f"{path}.{key}", raw[key], 0)
-        for key in BYTE_FIELDS if raw.get(key) is not None
+        for key in BYTE_FIELDS if key in LAYER_REQUIRED or raw.get(key) is not None
     }
     activation_bytes = sizes["activation_bytes"]
     sizes.setdefault("selective_activation_bytes", activation_bytes)
@@ -220,7 +226,8 @@ def _layer_from_dict(index: int, raw: Any, previous_output_bytes: int | None) ->
                 f"{path}.parameter_bytes",
                 f"{size} disagrees with parameter_count={count} x {PARAMETER_BYTES} bytes",
             )
-    flops = raw.get("model_flops", 0.0)
+    flops = raw.get("model_flops")
+    flops = 0.0 if flops is None else flops
     if isinstance(flops, bool) or not isinstance(flops, (int, float)) or not math.isfinite(flops) or flops < 0:
         raise SpecError(f"{path}.model_flops", f"must be a non-negative number, got {flops!r}")
     return LayerProfile(
@@ -228,7 +235,7 @@ def _layer_from_dict(index: int, raw: Any, previous_output_bytes: int | None) ->
         kind=_choice(f"{path}.kind", raw["kind"], LayerKind),
         parameter_count=count,
         model_flops=float(flops),
-        origin=_choice(f"{path}.origin", raw.get("origin", Origin.MEASURED.value), Origin),
+        origin=_choice(f"{path}.origin", Origin.MEASURED.value if raw.get("origin") is None else raw["origin"], Origin),
         **times,
         **sizes,
     )

@@ -107,6 +107,9 @@ def test_optional_fields_take_documented_defaults():
         (lambda d: d["layers"][1].update(forward_s=float("nan")), "layers[1].forward_s"),
         (lambda d: d["layers"][3].update(activation_bytes=1.5), "layers[3].activation_bytes"),
         (lambda d: d["layers"][1].pop("output_bytes"), "layers[1].output_bytes"),
+        (lambda d: d["layers"][0].update(activation_bytes=None), "layers[0].activation_bytes"),  # found by hypothesis
+        (lambda d: d["layers"][2].update(forward_s=None), "layers[2].forward_s"),
+        (lambda d: d["layers"][2].update(origin=""), "layers[2].origin"),
         (lambda d: d["layers"][1].update(kind="mlp"), "layers[1].kind"),
         (lambda d: d["layers"][1].update(selective_activation_bytes=10**9), "layers[1].selective_activation_bytes"),
         (lambda d: d["layers"][2].update(parameter_bytes=7), "layers[2].parameter_bytes"),
