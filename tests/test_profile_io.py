@@ -314,3 +314,15 @@ def test_any_value_anywhere_is_accepted_or_a_spec_error(where, top, layer_index,
         parse_profile_document(raw)
     except SpecError as err:
         assert err.field and err.reason
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(st.sampled_from(PIPEDREAM_GRAPH.splitlines()) | st.text(max_size=40), max_size=12),
+    counts=st.none() | st.lists(st.integers(-1, 4), max_size=5),
+)
+def test_any_pipedream_text_imports_or_is_a_spec_error(lines, counts):
+    try:
+        import_pipedream("\n".join(lines), TINY, micro_batch_size=1, precision=Precision.BF16, nodes_per_layer=counts)
+    except SpecError as err:
+        assert err.field and err.reason
