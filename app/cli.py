@@ -9,6 +9,7 @@ adds ``profile`` and ``calibrate`` when it is installed); a subcommand parser se
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -60,7 +61,7 @@ def _database(settings: Settings, use_configured: bool) -> Iterator[tuple[Settin
         if not use_configured:
             url = f"sqlite:///{Path(scratch) / 'scratch.db'}"
             upgrade(url)
-            settings = Settings(**{**settings.__dict__, "database_url": url})
+            settings = dataclasses.replace(settings, database_url=url)
         engine = make_engine(settings.database_url)
         session = make_sessionmaker(engine)()
         try:
