@@ -64,6 +64,13 @@ LAYER_OPTIONAL = (
 )
 TIME_FIELDS = ("forward_s", "backward_s", "selective_recompute_s", "tp_comm_s")
 BYTE_FIELDS = ("activation_bytes", "selective_activation_bytes", "checkpoint_bytes", "output_bytes")
+# Limits of the format: names, device and free text are printable Unicode of bounded length, and
+# structural sizes stay below 2^24 (as the API's sizes do), so a document fits any store and a typo
+# (1e12 layers) cannot become a huge computation.
+NAME_MAX_CHARS = 128
+DEVICE_MAX_CHARS = 256
+TEXT_MAX_CHARS = 4096
+SIZE_MAX = 2**24
 # Fields derive_profile scales by the analytic model's target/measured ratio.
 SCALED_FIELDS = TIME_FIELDS + BYTE_FIELDS + ("parameter_count", "model_flops")
 
@@ -84,8 +91,8 @@ class ProfileDocument:
 # Field checks: each returns the clean value or raises SpecError naming the field.
 
 
-def _integer(path: str, value: Any, minimum: int) -> int:
-    """An integer >= minimum; an integral JSON float (1e6) is accepted, 1.5 or true are not."""
+def _integer(path: str, value: Any, minimum: int, maximum: int | None = None) -> int:
+    """An integer in [minimum, maximum]; an integral JSON float (1e6) is accepted, 1.5 or true are not."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpecError(path, f"must be an integer, got {value!r}")
     if isinstance(value, float):
@@ -94,6 +101,8 @@ def _integer(path: str, value: Any, minimum: int) -> int:
         value = int(value)
     if value < minimum:
         raise SpecError(path, f"must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise SpecError(path, f"must be at most {maximum}, got {value}")
     return value
 
 
@@ -111,9 +120,18 @@ def _boolean(path: str, value: Any) -> bool:
     return value
 
 
-def _text(path: str, value: Any, allow_empty: bool = False) -> str:
+def _text(path: str, value: Any, allow_empty: bool = False, max_chars: int = NAME_MAX_CHARS) -> str:
+    """Printable Unicode text of at most ``max_chars`` characters (tabs and newlines allowed)."""
     if not isinstance(value, str) or (not allow_empty and not value.strip()):
         raise SpecError(path, f"must be a non-empty string, got {value!r}")
+    if len(value) > max_chars:
+        raise SpecError(path, f"must be at most {max_chars} characters, got {len(value)}")
+    if any(ord(c) < 32 and c not in "\t\n" or ord(c) == 127 for c in value):
+        raise SpecError(path, "must not contain control characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SpecError(path, "must be valid Unicode text (no lone surrogates)") from None
     return value
 
 
@@ -157,10 +175,10 @@ def model_from_dict(raw: Any, path: str = "model") -> ModelSpec:
     raw = _object(path, raw, MODEL_KEYS + MODEL_INFO_KEYS)
     kwargs: dict[str, Any] = {"name": _text(f"{path}.name", _required(path, raw, "name"))}
     for key in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length"):
-        kwargs[key] = _integer(f"{path}.{key}", _required(path, raw, key), 1)
+        kwargs[key] = _integer(f"{path}.{key}", _required(path, raw, key), 1, SIZE_MAX)
     for key in ("num_kv_heads", "ffn_hidden_size"):
         if raw.get(key) is not None:
-            kwargs[key] = _integer(f"{path}.{key}", raw[key], 1)
+            kwargs[key] = _integer(f"{path}.{key}", raw[key], 1, SIZE_MAX)
     if raw.get("tied_embeddings") is not None:
         kwargs["tied_embeddings"] = _boolean(f"{path}.tied_embeddings", raw["tied_embeddings"])
     for key, enum in (
@@ -274,21 +292,29 @@ def parse_profile_document(raw: Any) -> ProfileDocument:
         raise SpecError("format", f"expected {FORMAT!r}, got {fmt!r}")
     model = model_from_dict(_required("", raw, "model"))
     precision = _choice("precision", _required("", raw, "precision"), Precision)
-    micro_batch_size = _integer("micro_batch_size", _required("", raw, "micro_batch_size"), 1)
-    seq_length = _integer("seq_length", _required("", raw, "seq_length"), 1)
-    tp_size = _integer("tp_size", _required("", raw, "tp_size"), 1)
+    micro_batch_size = _integer("micro_batch_size", _required("", raw, "micro_batch_size"), 1, SIZE_MAX)
+    seq_length = _integer("seq_length", _required("", raw, "seq_length"), 1, SIZE_MAX)
+    tp_size = _integer("tp_size", _required("", raw, "tp_size"), 1, SIZE_MAX)
     if model.position_embedding is PositionEmbedding.LEARNED and seq_length > model.seq_length:
         raise SpecError("seq_length", f"{seq_length} exceeds the model's learned positions ({model.seq_length})")
     if model.num_attention_heads % tp_size:
         raise SpecError("tp_size", f"{tp_size} does not divide num_attention_heads={model.num_attention_heads}")
     measurement = raw.get("measurement", {})
-    if not isinstance(measurement, dict) or any(
-        not isinstance(v, (str, int, float, bool)) and v is not None for v in measurement.values()
-    ):
+    if not isinstance(measurement, dict):
         raise SpecError("measurement", "must be an object of plain values (strings, numbers, booleans)")
+    for key, value in measurement.items():
+        _text(f"measurement.{key}", key)
+        if isinstance(value, str):
+            _text(f"measurement.{key}", value, allow_empty=True, max_chars=TEXT_MAX_CHARS)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(f"measurement.{key}", f"must be a finite number, got {value!r}")
+        elif value is not None and not isinstance(value, (int, float, bool)):
+            raise SpecError(f"measurement.{key}", "must be a plain value (string, number, boolean)")
     notes = raw.get("notes", [])
-    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+    if not isinstance(notes, list):
         raise SpecError("notes", "must be a list of strings")
+    for index, note in enumerate(notes):
+        _text(f"notes[{index}]", note, allow_empty=True, max_chars=TEXT_MAX_CHARS)
     layers_raw = _required("", raw, "layers")
     if not isinstance(layers_raw, list) or len(layers_raw) < 3:
         raise SpecError("layers", "must be a list: embedding, at least one transformer layer, head")
@@ -304,7 +330,7 @@ def parse_profile_document(raw: Any) -> ProfileDocument:
         seq_length=seq_length,
         precision=precision,
         layers=tuple(layers),
-        device=_text("device", _required("", raw, "device")),
+        device=_text("device", _required("", raw, "device"), max_chars=DEVICE_MAX_CHARS),
         notes=tuple(notes),
     )
     return ProfileDocument(
@@ -312,7 +338,7 @@ def parse_profile_document(raw: Any) -> ProfileDocument:
         profile=profile,
         sequence_parallel=_boolean("sequence_parallel", raw.get("sequence_parallel", False)),
         flash_attention=_boolean("flash_attention", raw.get("flash_attention", True)),
-        source=_text("source", raw.get("source", ""), allow_empty=True),
+        source=_text("source", raw.get("source", ""), allow_empty=True, max_chars=TEXT_MAX_CHARS),
         measurement=dict(measurement),
     )
 

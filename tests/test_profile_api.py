@@ -146,3 +146,32 @@ def test_measured_profile_for_a_plan_checks_the_model_shape(api, database_url):
             assert problem.value.status == 422
     finally:
         engine.dispose()
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+# Values that stress storage as well as validation: NUL and surrogate characters, long strings,
+# integers beyond 64 bits, non-finite floats (sent as the JSON extensions NaN/Infinity).
+STORAGE_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=6), st.sampled_from(["\x00", "a\x00b", "x" * 300, "NVIDIA H100 80GB HBM3", "bf16", "layer.0"]),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(
+    where=st.sampled_from(["top", "layer", "model"]),
+    key=st.sampled_from(["format", "device", "precision", "micro_batch_size", "seq_length", "tp_size", "name",
+                         "source", "forward_s", "activation_bytes", "parameter_count", "num_layers", "hidden_size"]),
+    index=st.integers(0, 3),
+    value=STORAGE_VALUES,
+)
+def test_any_value_is_stored_or_a_422_never_a_500(api, where, key, index, value):
+    document = _document()
+    target = {"top": document, "layer": document["layers"][index], "model": document["model"]}[where]
+    target[key] = value
+    response = api.post("/v1/profiles", json=document)
+    assert response.status_code in (201, 422), response.text
+    if response.status_code == 201:
+        assert api.delete(response.headers["location"]).status_code == 204

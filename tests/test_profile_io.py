@@ -110,6 +110,13 @@ def test_optional_fields_take_documented_defaults():
         (lambda d: d["layers"][0].update(activation_bytes=None), "layers[0].activation_bytes"),  # found by hypothesis
         (lambda d: d["layers"][2].update(forward_s=None), "layers[2].forward_s"),
         (lambda d: d["layers"][2].update(origin=""), "layers[2].origin"),
+        (lambda d: d.update(device="x" * 257), "device"),
+        (lambda d: d["layers"][1].update(name="layer\x000"), "layers[1].name"),
+        (lambda d: d.update(notes=["ok", "\ud800"]), "notes[1]"),
+        (lambda d: d.update(tp_size=2**25), "tp_size"),
+        (lambda d: d["model"].update(num_layers=2**30), "model.num_layers"),
+        (lambda d: d.update(measurement={"repeats": float("nan")}), "measurement.repeats"),
+        (lambda d: d.update(measurement={"timer": ["a"]}), "measurement.timer"),
         (lambda d: d["layers"][1].update(kind="mlp"), "layers[1].kind"),
         (lambda d: d["layers"][1].update(selective_activation_bytes=10**9), "layers[1].selective_activation_bytes"),
         (lambda d: d["layers"][2].update(parameter_bytes=7), "layers[2].parameter_bytes"),
