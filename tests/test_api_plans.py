@@ -347,3 +347,37 @@ def test_a_plan_is_written_in_one_transaction(live_server):
         session.rollback()
     with state.sessionmaker() as session:
         assert session.get(Plan, plan_id) is None
+
+
+def test_objectives(api):
+    base = {k: v for k, v in plan_body(cluster="dgx-a100-80gb-x8").items() if k != "num_gpus"}
+    base["training"] = {"global_batch_size": 256, "seq_length": 2048, "train_tokens": 3e10}
+
+    cost = api.post("/v1/plans", json=base | {"objective": "min_cost"}).json()
+    costs = [c["objective_value"] for c in cost["candidates"]]
+    assert cost["status"] == "succeeded" and costs == sorted(costs)
+
+    fastest = api.post("/v1/plans", json=base | {"objective": "min_time_to_train"}).json()
+    times = [c["prediction"]["time_to_train_s"] for c in fastest["candidates"]]
+    assert times == sorted(times)
+    assert times[0] == pytest.approx(3e10 / fastest["best"]["prediction"]["tokens_per_s"], rel=1e-6)
+
+    deadline_s = 30 * 86400
+    fewest = api.post("/v1/plans", json=base | {"objective": "min_gpus", "deadline_s": deadline_s}).json()
+    best = fewest["best"]
+    assert best["prediction"]["time_to_train_s"] <= deadline_s
+    gpus = [parallel_product(c["parallel"]) for c in fewest["candidates"]]
+    assert gpus == sorted(gpus) and gpus[0] < 64
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"objective": "min_gpus"}, "body.deadline_s"),
+        ({"objective": "min_time_to_train", "training": {"global_batch_size": 256, "seq_length": 2048}}, "body.training.train_tokens"),
+    ],
+)
+def test_an_objective_without_what_it_needs_is_a_422(api, overrides, field):
+    body = {k: v for k, v in plan_body(model=small_model(api)).items() if k != "num_gpus"} | overrides
+    problem = assert_problem(api.post("/v1/plans", json=body), 422)
+    assert error_fields(problem) == [field]
