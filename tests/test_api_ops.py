@@ -84,3 +84,4 @@ def test_settings_from_environment():
         "postgresql+psycopg://db/x", 3, 12.5,
     )
     assert Settings.from_env({}).database_url == "sqlite:///./partitura.db"
+    assert Settings.from_env({"DATABASE_URL": "postgres://u@h/db"}).database_url == "postgresql+psycopg://u@h/db"

@@ -9,6 +9,15 @@ from typing import Mapping
 DEFAULT_DATABASE_URL = "sqlite:///./partitura.db"
 
 
+def database_url_with_driver(url: str) -> str:
+    """``postgres://`` and ``postgresql://`` URLs (as hosting platforms hand them out) use the
+    installed psycopg 3 driver; every other URL is used as given."""
+    for scheme in ("postgres://", "postgresql://"):
+        if url.startswith(scheme):
+            return "postgresql+psycopg://" + url[len(scheme) :]
+    return url
+
+
 class SettingsError(ValueError):
     """An environment variable holds a value the service cannot use."""
 
@@ -61,7 +70,7 @@ class Settings:
     def from_env(env: Mapping[str, str] | None = None) -> "Settings":
         env = os.environ if env is None else env
         return Settings(
-            database_url=env.get("DATABASE_URL") or DEFAULT_DATABASE_URL,
+            database_url=database_url_with_driver(env.get("DATABASE_URL") or DEFAULT_DATABASE_URL),
             solver_workers=_int_at_least(env, "PARTITURA_SOLVER_WORKERS", min(2, os.cpu_count() or 1), 1),
             solver_queue_depth=_int_at_least(env, "PARTITURA_SOLVER_QUEUE_DEPTH", 4, 0),
             plan_time_budget_s=_positive_float(env, "PARTITURA_PLAN_TIME_BUDGET_S", 30.0),
