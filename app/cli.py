@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pydantic import BaseModel, ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings, SettingsError
@@ -215,6 +216,9 @@ def main(
         return EXIT_INVALID_INPUT if problem.status in (404, 409, 422) else EXIT_FAILURE
     except OSError as error:
         err.write(f"partitura: {error}\n")
+        return EXIT_FAILURE
+    except SQLAlchemyError as error:
+        err.write(f"partitura: database error ({type(error).__name__}); is DATABASE_URL migrated? run `partitura db upgrade`\n")
         return EXIT_FAILURE
 
 

@@ -82,6 +82,12 @@ def test_db_upgrade_and_downgrade(tmp_path):
     assert json.loads(out) == {"database_revision": None, "head": head_revision()}
 
 
+def test_an_unmigrated_database_is_reported_not_a_traceback(tmp_path):
+    env = {"DATABASE_URL": f"sqlite:///{tmp_path / 'empty.db'}"}
+    code, out, err = run(["catalog", "models", "--db"], env=env)
+    assert (code, out) == (1, "") and "partitura db upgrade" in err
+
+
 def test_bad_settings_are_reported(tmp_path):
     code, _, err = run(["catalog", "gpus"], env={"PARTITURA_SOLVER_WORKERS": "many"})
     assert code == 1 and "PARTITURA_SOLVER_WORKERS" in err
