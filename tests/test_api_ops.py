@@ -29,6 +29,18 @@ def test_readyz_is_503_on_a_database_without_migrations(tmp_path):
         server.stop()
 
 
+def test_an_unreachable_database_is_a_503_not_a_500(tmp_path):
+    server = start_server(server_settings(f"sqlite:///{tmp_path / 'no-such-dir' / 'x.db'}"))
+    try:
+        with httpx.Client(base_url=server.base_url) as client:
+            assert client.get("/healthz").status_code == 200
+            problem = assert_problem(client.get("/v1/catalog/models"), 503)
+            assert problem["type"].endswith("database-unavailable")
+            assert assert_problem(client.get("/readyz"), 503)["detail"].startswith("database unreachable")
+    finally:
+        server.stop()
+
+
 def test_metrics_in_prometheus_text(api):
     api.get("/v1/catalog/gpus")
     response = api.get("/metrics")

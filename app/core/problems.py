@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from solver.errors import SpecError
@@ -169,6 +170,15 @@ def install_handlers(app: FastAPI) -> None:
         if error.status_code == 404 and detail == "Not Found":
             detail = f"no resource at {request.url.path}"
         problem = Problem(error.status_code, title, detail, headers=dict(error.headers or {}))
+        return problem_response(problem, request)
+
+    @app.exception_handler(OperationalError)
+    async def _database_down(request: Request, error: OperationalError) -> JSONResponse:
+        logger.warning("database unavailable on %s %s: %s", request.method, request.url.path, error.orig)
+        problem = Problem(
+            503, "Database unavailable", "the database did not answer; retry shortly", slug="database-unavailable",
+            headers={"Retry-After": "5"},
+        )
         return problem_response(problem, request)
 
     @app.exception_handler(Exception)
