@@ -381,3 +381,23 @@ def test_an_objective_without_what_it_needs_is_a_422(api, overrides, field):
     body = {k: v for k, v in plan_body(model=small_model(api)).items() if k != "num_gpus"} | overrides
     problem = assert_problem(api.post("/v1/plans", json=body), 422)
     assert error_fields(problem) == [field]
+
+
+def test_a_plan_keeps_its_catalog_snapshot_when_the_catalog_changes(api):
+    name = small_model(api)
+    body = plan_body(model=name)
+    first = api.post("/v1/plans", json=body).json()
+    assert first["catalog_snapshot"]["model"] == {
+        "source": "custom", "entry": SMALL_MODEL | {"name": name, "mlp_activation": "gelu", "tied_embeddings": True,
+                                                    "architecture": "decoder", "position_embedding": "learned"},
+    }
+    assert api.delete(f"/v1/catalog/models/{name}").status_code == 204
+    assert api.get(f"/v1/plans/{first['id']}").json()["catalog_snapshot"] == first["catalog_snapshot"]
+
+    # The same name now means another model: the same request body is a new question.
+    changed = SMALL_MODEL | {"name": name, "num_layers": 12}
+    assert api.post("/v1/catalog/models", json=changed).status_code == 201
+    second = api.post("/v1/plans", json=body)
+    assert second.status_code == 201
+    assert second.json()["id"] != first["id"]
+    assert second.json()["catalog_snapshot"]["model"]["entry"]["num_layers"] == 12

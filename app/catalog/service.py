@@ -125,6 +125,7 @@ def _named_entry(session: Session, kind: Kind, name: str, field_path: str) -> tu
         suggestions = catalog.close_names(name, all_names(session, kind))
         hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
         raise invalid_field(field_path, f"unknown {SINGULAR[kind]} {name!r}{hint}", suggestions)
+    entry.pop("created_at", None)  # the snapshot is the spec; when it was added is not part of it
     return entry, ("builtin" if entry.pop("builtin") else "custom")
 
 
