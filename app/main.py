@@ -17,7 +17,7 @@ from app.core.config import Settings
 from app.core.db import make_engine, make_sessionmaker
 from app.core.metrics import Metrics
 from app.core.migrate import head_revision
-from app.core.problems import install_handlers
+from app.core.problems import PROBLEM_MEDIA_TYPE, install_handlers
 from app.core.solver_pool import SolverPool
 from app.core.versions import current_versions
 from app.evaluations.router import router as evaluations_router
@@ -99,4 +99,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.metrics.solver_slots_in_use.set(pool.in_use)
         return response
 
+    _serve_problem_media_type(app)
     return app
+
+
+def _serve_problem_media_type(app: FastAPI) -> None:
+    """Error responses are documented as ``application/problem+json``, the type they are sent as."""
+    generate = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = generate()
+            for operations in schema.get("paths", {}).values():
+                for operation in operations.values():
+                    for status_code, response in operation.get("responses", {}).items():
+                        content = response.get("content", {})
+                        if status_code[:1] in "45" and "application/json" in content:
+                            content[PROBLEM_MEDIA_TYPE] = content.pop("application/json")
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

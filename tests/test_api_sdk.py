@@ -60,10 +60,15 @@ def test_generated_client_creates_and_fetches_a_plan(live_server, tmp_path):
         fetched = get_plan.sync(plan.id, client=client)
         page = list_plans.sync(client=client, model="gpt3-350m", limit=5)
         model = get_model.sync("gpt3-350m", client=client)
+        refused = create_plan.sync_detailed(client=client, body=PlanRequest.from_dict({
+            "model": "gpt3-350m", "cluster": "dgx-a100-80gb-x1", "training": {"global_batch_size": 64, "seq_length": 2048},
+            "top_k": 0,
+        }))
         print(json.dumps({
             "status_code": int(created.status_code), "id": plan.id, "status": str(plan.status.value if hasattr(plan.status, "value") else plan.status),
             "fetched_id": fetched.id, "best_tp": fetched.best.parallel["tp_size"] if fetched.best else None,
             "listed": [item.id for item in page.items], "num_layers": model.num_layers, "builtin": model.builtin,
+            "refused": [int(refused.status_code), refused.parsed.errors[0].field, refused.parsed.status],
         }))
         """
     )
@@ -76,3 +81,4 @@ def test_generated_client_creates_and_fetches_a_plan(live_server, tmp_path):
     assert outcome["best_tp"] in (1, 2)
     assert outcome["id"] in outcome["listed"]
     assert outcome["num_layers"] == 24 and outcome["builtin"] is True
+    assert outcome["refused"] == [422, "body.top_k", 422]

@@ -27,7 +27,7 @@ class ProblemDocument(BaseModel):
 
 
 def _problem(description: str) -> dict[str, Any]:
-    return {"description": description, "model": ProblemDocument, "content": {"application/problem+json": {}}}
+    return {"description": description, "model": ProblemDocument}
 
 
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -36,5 +36,8 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 SOLVER_RESPONSES: dict[int | str, dict[str, Any]] = {
-    503: _problem("The solver pool is saturated; retry after Retry-After seconds"),
+    503: {
+        **_problem("The solver pool is saturated (or the solver overran); retry after Retry-After seconds"),
+        "headers": {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}},
+    },
 }
