@@ -2,82 +2,51 @@
 objective and return the top k, each re-evaluated by ``solver.evaluate`` and checked by
 ``solver.validate``.
 
-Order of work (best-first branch and bound):
-1. ``_shapes`` enumerates (num_gpus, dp, tp, pp, ZeRO, micro-batch, recompute, v, SP) that the
+Order of work (best-first branch and bound, in ``solver.search_space`` and here):
+1. ``shapes`` enumerates (num_gpus, dp, tp, pp, ZeRO, micro-batch, recompute, v, SP) that the
    request admits; ``check_structure`` and the framework / placement rules name what is illegal.
 2. Each legal shape gets a lower bound on its step time from the per-layer profile: the whole
    model's compute split perfectly over the pp stages, through the 1F1B schedule, plus the
-   pipeline's point-to-point time (``_step_lower_bound_s``). Shapes are visited in bound order.
+   pipeline's point-to-point time (``step_lower_bound_s``). Shapes are visited in bound order.
 3. Once k plans are held, a shape whose bound cannot beat the k-th is pruned, and so is every
    later one (the bounds are sorted): what is returned is optimal under the model.
 4. A visited shape's partition (layers per stage, recomputed layers per stage) comes from
    ``solver.partition``; its exact bottleneck gives a tighter bound before the evaluator runs.
+5. A range of GPU counts is visited count by count in the order of a per-count bound, and
+   stops when no remaining count can beat the k-th plan.
+
+"Optimal under the model" (``SearchStats.proven_optimal``): every bound is a true lower bound
+of what the evaluator predicts, the partition of one-chunk-per-stage pipelines is solved
+exactly, and interleaved pipelines use uniform chunks (the rule that layers divide by pp x v).
 """
 
 from __future__ import annotations
 
 import bisect
-import itertools
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from solver.errors import SpecError
-from solver.evaluate import evaluate, resolve_profile
-from solver.execution import ParallelConfig, Recompute, ZeroStage
-from solver.legality import check_structure, framework_violations, placement_violations, uniform_partition
-from solver.partition import PartitionSolution, fixed_partition, layer_rows, partition_problem, solve
-from solver.profile import ModelProfile
-from solver.result import Evaluation
+from solver.evaluate import evaluate
+from solver.execution import ParallelConfig, Recompute
+from solver.legality import uniform_partition
+from solver.partition import NS_PER_S, PartitionSolution, fixed_partition, partition_problem, solve
 from solver.schedule import pipeline_comm_s
+from solver.result import Evaluation
+from solver.search_space import (
+    SearchRun,
+    Shape,
+    count_step_lower_bound_s,
+    dominated_selective,
+    gpu_counts,
+    is_legal,
+    shapes,
+    step_lower_bound_s,
+)
 from solver.search_types import Candidate, Objective, SearchRequest, SearchResult, SearchStats
 from solver.validate import validate
 
 SECONDS_PER_HOUR = 3600.0
-MICRO_BATCH_CHOICES_MAX = 256  # micro-batches larger than this never pay off and blow up memory
-
-
-@dataclass(frozen=True, order=True)
-class Shape:
-    """One point of the outer enumeration; the partition is planned per shape."""
-
-    num_gpus: int
-    dp_size: int
-    tp_size: int
-    pp_size: int
-    zero_stage: int
-    micro_batch_size: int
-    base_recompute: Recompute  # NONE or SELECTIVE for every layer not fully recomputed
-    full_recompute: bool  # may layers be fully recomputed (how many is chosen per stage)
-    virtual_stages: int
-    sequence_parallel: bool
-
-    def uniform(self) -> ParallelConfig:
-        """The configuration with a uniform partition and every layer on the base recompute."""
-        return ParallelConfig(
-            self.dp_size, self.tp_size, self.pp_size, ZeroStage(self.zero_stage), self.micro_batch_size,
-            self.base_recompute, self.virtual_stages, self.sequence_parallel,
-        )
-
-
-@dataclass
-class _Run:
-    """What one search accumulates: the request, the stats and the reasons shapes failed."""
-
-    request: SearchRequest
-    stats: SearchStats
-    deadline: float
-    rejected: dict[str, int] = field(default_factory=dict)  # rule -> shapes rejected by it
-    legal: list[Shape] = field(default_factory=list)  # shapes that passed every rule
-    closest: list[tuple[float, ParallelConfig, Evaluation]] = field(default_factory=list)  # memory misses
-    partitions_exact: bool = True
-    framework_rules: dict[tuple[int, int], list[str]] = field(default_factory=dict)  # (pp, zero) -> violations
-    profiles: "_Profiles" = field(init=False)  # per-search profile caches
-
-    def __post_init__(self) -> None:
-        self.profiles = _Profiles(self.request)
-
-    def reject(self, rule: str) -> None:
-        self.rejected[rule] = self.rejected.get(rule, 0) + 1
 
 
 # --------------------------------------------------------------------------- request checks
@@ -116,171 +85,6 @@ def check_request(request: SearchRequest) -> None:
         raise SpecError("time_budget_s", "must be positive")
 
 
-def gpu_counts(request: SearchRequest) -> list[int]:
-    """GPU counts to consider: the request's, else those the num_gpus constraint admits among
-    divisors and multiples of the node size up to the cluster (every GPU when unconstrained and
-    the objective is not min_gpus)."""
-    cluster = request.cluster
-    if request.num_gpus is not None:
-        return [request.num_gpus]
-    rule = request.constraints.allowed.get("num_gpus")
-    if rule is None and request.objective is not Objective.MIN_GPUS:
-        return [cluster.num_gpus]
-    node = cluster.gpus_per_node
-    counts = {d for d in range(1, node + 1) if node % d == 0} | {node * i for i in range(1, cluster.num_nodes + 1)}
-    if rule is not None and rule.values is not None:
-        counts |= {int(v) for v in rule.values if v <= cluster.num_gpus}
-    return sorted(n for n in counts if n <= cluster.num_gpus and request.constraints.admits("num_gpus", n))
-
-
-# --------------------------------------------------------------------------- enumeration
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _recompute_options(request: SearchRequest) -> list[tuple[Recompute, bool]]:
-    """(base recompute, full allowed) pairs the recompute constraint admits. Full recompute is
-    chosen per stage (from none to every layer), so 'full' covers partial recomputation."""
-    admits = lambda value: request.constraints.admits("recompute", value.value)  # noqa: E731
-    options = []
-    if admits(Recompute.NONE) or admits(Recompute.FULL):
-        options.append((Recompute.NONE, admits(Recompute.FULL)))
-    if admits(Recompute.SELECTIVE):
-        options.append((Recompute.SELECTIVE, admits(Recompute.FULL)))
-    return options
-
-
-def _shapes(run: _Run, num_gpus: int):
-    """Every shape the request admits for ``num_gpus``, legal or not (the caller checks)."""
-    request = run.request
-    model, training, constraints = request.model, request.training, request.constraints
-    admits = constraints.admits
-    for tp in _divisors(num_gpus):
-        if not admits("tp_size", tp):
-            continue
-        for pp in _divisors(num_gpus // tp):
-            dp = num_gpus // (tp * pp)
-            if not (admits("pp_size", pp) and admits("dp_size", dp)):
-                continue
-            if not _legal(run, Shape(num_gpus, dp, tp, pp, 0, 1, Recompute.NONE, False, 1, False), coarse=True):
-                continue  # tp / pp / batch rules that no micro-batch, ZeRO stage or v can repair
-            if training.global_batch_size % dp:
-                run.reject("[batch_divisible]")
-                continue
-            per_replica = training.global_batch_size // dp
-            micro_batches = [b for b in _divisors(per_replica) if b <= MICRO_BATCH_CHOICES_MAX and admits("micro_batch_size", b)]
-            zero_stages = [z for z in range(4) if admits("zero_stage", z)]
-            if dp == 1 and len(zero_stages) > 1:
-                zero_stages = zero_stages[:1]  # nothing to shard over: every stage is the same plan
-            virtual = [v for v in range(1, model.num_layers // pp + 1)
-                       if admits("virtual_stages", v) and (v == 1 or (pp > 1 and model.num_layers % (pp * v) == 0))]
-            seq_par = [s for s in (False, True) if admits("sequence_parallel", s) and (tp > 1 or not s)]
-            for mb, zero, (base, full), v, sp in itertools.product(
-                micro_batches, zero_stages, _recompute_options(request), virtual, seq_par
-            ):
-                if v > 1 and (per_replica // mb) % pp:
-                    run.reject("[interleave_micro_batches]")
-                    continue
-                yield Shape(num_gpus, dp, tp, pp, zero, mb, base, full, v, sp)
-
-
-def _rule(message: str) -> str:
-    return message.split("]")[0] + "]" if message.startswith("[") else message
-
-
-def _legal(run: _Run, shape: Shape, coarse: bool = False) -> bool:
-    """Whether the shape passes the legality rules. ``coarse``: the structural rules
-    (``check_structure``) and placement of (tp, pp, dp) with micro-batch 1 and no interleaving,
-    counted once for the whole group. Otherwise the framework rules of (pp, ZeRO stage): the
-    generator already keeps micro-batches, interleaving and layer counts legal, and everything
-    returned passes ``check_structure`` again in the evaluator and the validator."""
-    request = run.request
-    constraints = request.constraints
-    if coarse:
-        parallel = shape.uniform()
-        problems = []
-        try:
-            check_structure(request.model, request.cluster, request.training, parallel, shape.num_gpus)
-        except SpecError as error:
-            problems.append(_rule(error.reason) if error.reason.startswith("[") else error.field)
-        problems += placement_violations(request.cluster, parallel, constraints.allow_tp_across_nodes)
-        for problem in problems:
-            run.reject(_rule(problem))
-        if problems:
-            run.stats.configurations_enumerated += 1
-            run.stats.configurations_illegal += 1
-        return not problems
-    key = (shape.pp_size, shape.zero_stage)
-    if key not in run.framework_rules:
-        probe = ParallelConfig(pp_size=shape.pp_size, zero_stage=ZeroStage(shape.zero_stage))
-        run.framework_rules[key] = framework_violations(probe, constraints.framework)
-    for problem in run.framework_rules[key]:
-        run.reject(_rule(problem))
-    return not run.framework_rules[key]
-
-
-class _Profiles:
-    """Per-search caches of profiles and what is derived from them, keyed by small tuples
-    (hashing a whole profile costs more than what it would save)."""
-
-    def __init__(self, request: SearchRequest) -> None:
-        self.request = request
-        self._profiles: dict[tuple, ModelProfile] = {}
-        self._model_time: dict[tuple, float] = {}
-        self._rows: dict[tuple, tuple] = {}
-
-    def profile(self, tp: int, mb: int, sp: bool) -> ModelProfile:
-        key = (tp, mb, sp)
-        if key not in self._profiles:
-            r = self.request
-            parallel = ParallelConfig(tp_size=tp, micro_batch_size=mb, sequence_parallel=sp)
-            self._profiles[key] = resolve_profile(r.model, r.cluster, r.training, parallel, r.profile)
-        return self._profiles[key]
-
-    def model_time_s(self, tp: int, mb: int, sp: bool, selective: bool) -> float:
-        """One micro-batch's forward + backward + TP time through every layer (no full recompute)."""
-        key = (tp, mb, sp, selective)
-        if key not in self._model_time:
-            self._model_time[key] = sum(layer.time_s(False, selective) for layer in self.profile(tp, mb, sp).layers)
-        return self._model_time[key]
-
-    def selective_changes_nothing(self, tp: int, mb: int, sp: bool) -> bool:
-        """With fused attention there is no score tensor to drop: selective recompute is a no-op."""
-        return self.model_time_s(tp, mb, sp, True) == self.model_time_s(tp, mb, sp, False) and all(
-            layer.selective_activation_bytes == layer.activation_bytes for layer in self.profile(tp, mb, sp).layers
-        )
-
-    def rows(self, tp: int, mb: int, sp: bool, selective: bool) -> tuple:
-        key = (tp, mb, sp, selective)
-        if key not in self._rows:
-            self._rows[key] = layer_rows(self.profile(tp, mb, sp), selective)
-        return self._rows[key]
-
-
-def _dominated_selective(run: _Run, shape: Shape) -> bool:
-    none_admitted = run.request.constraints.admits("recompute", Recompute.NONE.value)
-    noop = run.profiles.selective_changes_nothing(shape.tp_size, shape.micro_batch_size, shape.sequence_parallel)
-    return noop and (none_admitted or shape.full_recompute)
-
-
-def _step_lower_bound_s(run: _Run, shape: Shape) -> float:
-    """No configuration of this shape steps faster: every stage's time is at least the model's
-    forward + backward + TP time (no full recompute) over pp, the 1F1B schedule runs
-    m + (p - 1)/v of the slowest stage, and the pipeline's p2p sends are on the critical path."""
-    request = run.request
-    selective = shape.base_recompute is Recompute.SELECTIVE
-    tp, mb, sp = shape.tp_size, shape.micro_batch_size, shape.sequence_parallel
-    per_micro_batch = run.profiles.model_time_s(tp, mb, sp, selective) / shape.pp_size
-    m = request.training.global_batch_size // (shape.dp_size * mb)
-    comm = 0.0
-    if shape.pp_size > 1:
-        blocks = run.profiles.profile(tp, mb, sp).transformer_layers
-        comm = pipeline_comm_s(request.cluster, shape.uniform(), m, blocks[0].output_bytes if blocks else 0)
-    return (m + (shape.pp_size - 1) / shape.virtual_stages) * per_micro_batch + comm
-
-
 def _objective_value(request: SearchRequest, step_time_s: float, num_gpus: int) -> float:
     """Lower is better: s/token, s, USD (USD/token without a token budget), or GPUs."""
     training = request.training
@@ -300,9 +104,10 @@ def _usable_bytes(request: SearchRequest) -> float:
     return request.cluster.gpu.memory_bytes * request.constraints.max_memory_fraction
 
 
-def _plan(run: _Run, shape: Shape, optimise_partition: bool = True) -> list[ParallelConfig]:
-    """Configurations to evaluate for this shape: the optimal partition (with per-stage
-    recompute) and the uniform one, when they fit under the partition model."""
+def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
+    """Configurations to evaluate for this shape, each with a lower bound on its step time from
+    its exact bottleneck stage: the optimal partition with per-stage recompute (one chunk per
+    stage) and the uniform partition with the least recompute per stage, where they fit."""
     request = run.request
     training = request.training
     tp, mb, sp = shape.tp_size, shape.micro_batch_size, shape.sequence_parallel
@@ -316,7 +121,7 @@ def _plan(run: _Run, shape: Shape, optimise_partition: bool = True) -> list[Para
     fixed = fixed_partition(problem, even)
     if fixed is not None:
         solutions.append(fixed)
-    if optimise_partition and shape.virtual_stages == 1 and shape.pp_size > 1:
+    if shape.virtual_stages == 1 and shape.pp_size > 1:
         best = solve(problem, time_limit_s=max(0.5, run.deadline - time.perf_counter()))
         if best is not None:
             if best.method == "cpsat":
@@ -325,7 +130,15 @@ def _plan(run: _Run, shape: Shape, optimise_partition: bool = True) -> list[Para
                 run.partitions_exact &= best.status == "OPTIMAL"
             if fixed is None or best.stage_layers != fixed.stage_layers:
                 solutions.append(best)
-    return [_to_parallel(shape, s, even) for s in solutions]
+    # The schedule runs m + (p - 1)/v slots of the slowest stage; p2p and the DP tail come on top.
+    slots = m + (shape.pp_size - 1) / shape.virtual_stages
+    comm_s = pipeline_comm_s(request.cluster, uniform, m, run.profiles.message_bytes(tp, mb, sp))
+    # Each layer's time was rounded up to whole ns: allow that much below the bound.
+    slack_ns = request.model.num_layers + 2
+    return [
+        (_to_parallel(shape, s, even), slots * max(0, s.stage_time_ns - slack_ns) / NS_PER_S + comm_s)
+        for s in solutions
+    ]
 
 
 def _to_parallel(shape: Shape, solution: PartitionSolution, even: tuple[int, ...]) -> ParallelConfig:
@@ -373,46 +186,65 @@ def _rank_key(value: float, evaluation: Evaluation, parallel: ParallelConfig, nu
 
 
 def search_counts(
-    run: _Run, request: SearchRequest, counts: list[int], top_k: int, accept=None, ceiling: float = float("inf")
+    run: SearchRun, request: SearchRequest, counts: list[int], top_k: int, accept=None, ceiling: float = float("inf")
 ) -> list[_Held]:
     """Best-first over the shapes of every count in ``counts``; the top ``top_k`` plans, ranked
     by ``request``'s objective. ``accept(evaluation)`` may turn down a feasible plan (min_gpus:
-    the deadline); shapes whose bound exceeds ``ceiling`` cannot be accepted and are pruned."""
-    stats = run.stats
-    bounded: list[tuple[float, Shape]] = []
-    for num_gpus in counts:
-        for shape in _shapes(run, num_gpus):
-            stats.configurations_enumerated += 1
-            if not _legal(run, shape):
-                stats.configurations_illegal += 1
-                continue
-            if shape.base_recompute is Recompute.SELECTIVE and _dominated_selective(run, shape):
-                stats.configurations_pruned += 1  # the same plan as its base-none twin
-                continue
-            run.legal.append(shape)
-            step_lb = _step_lower_bound_s(run, shape)
-            bounded.append((_objective_value(request, step_lb, num_gpus), shape))
-    bounded.sort(key=lambda item: (item[0], item[1]))
+    the deadline); shapes whose bound exceeds ``ceiling`` cannot be accepted and are pruned.
 
+    Counts are visited in the order of their own bound (``count_step_lower_bound_s``), so that
+    a range of GPU counts stops as soon as no remaining count can beat the k-th plan."""
     held: list[_Held] = []  # ascending by key, at most top_k
     seen: set[ParallelConfig] = set()
-    for index, (bound, shape) in enumerate(bounded):
-        if bound > ceiling or (len(held) >= top_k and bound >= held[-1].key[0]):
-            stats.configurations_pruned += len(bounded) - index
+    ordered = sorted(counts, key=lambda n: (_objective_value(request, count_step_lower_bound_s(run, n), n), n))
+    for position, num_gpus in enumerate(ordered):
+        count_bound = _objective_value(request, count_step_lower_bound_s(run, num_gpus), num_gpus)
+        if count_bound > ceiling or (len(held) >= top_k and count_bound >= held[-1].key[0]):
+            run.stats.configurations_pruned += len(ordered) - position  # whole GPU counts
             break
+        _search_count(run, request, num_gpus, top_k, accept, ceiling, held, seen)
+    return held
+
+
+def _search_count(run, request, num_gpus, top_k, accept, ceiling, held, seen) -> None:
+    """Best-first over one GPU count's shapes, adding to ``held``."""
+    stats = run.stats
+    bounded: list[tuple[float, Shape]] = []
+    for shape in shapes(run, num_gpus):
+        stats.configurations_enumerated += 1
+        if not is_legal(run, shape):
+            stats.configurations_illegal += 1
+            continue
+        if shape.base_recompute is Recompute.SELECTIVE and dominated_selective(run, shape):
+            stats.configurations_pruned += 1  # the same plan as its base-none twin
+            continue
+        run.legal.append(shape)
+        bounded.append((_objective_value(request, step_lower_bound_s(run, shape), num_gpus), shape))
+    bounded.sort(key=lambda item: (item[0], item[1]))
+
+    def beaten(bound: float) -> bool:
+        return bound > ceiling or (len(held) >= top_k and bound >= held[-1].key[0])
+
+    for index, (bound, shape) in enumerate(bounded):
+        if beaten(bound):
+            stats.configurations_pruned += len(bounded) - index
+            return
         if time.perf_counter() > run.deadline:
             stats.timed_out = True
             stats.configurations_pruned += len(bounded) - index
-            break
+            return
         plans = _plan(run, shape)
         if not plans:
             run.reject("[memory]")  # no partition fits, even recomputing every layer it may
-        for parallel in plans:
+        for parallel, step_bound_s in plans:
             if parallel in seen:
                 continue
             seen.add(parallel)
+            if beaten(_objective_value(request, step_bound_s, num_gpus)):
+                stats.configurations_pruned += 1  # its exact bottleneck already loses
+                continue
             stats.configurations_evaluated += 1
-            evaluation = _evaluate(request, parallel, shape.num_gpus)
+            evaluation = _evaluate(request, parallel, num_gpus)
             if not evaluation.feasible:
                 if any(v.startswith("[memory]") for v in evaluation.violations):
                     run.reject("[memory]")
@@ -421,40 +253,14 @@ def search_counts(
             if accept is not None and not accept(evaluation):
                 run.reject("[deadline]")
                 continue
-            value = _objective_value(request, evaluation.prediction.step_time_s, shape.num_gpus)
-            item = _Held(_rank_key(value, evaluation, parallel, shape.num_gpus), parallel, evaluation, shape.num_gpus, value)
+            value = _objective_value(request, evaluation.prediction.step_time_s, num_gpus)
+            item = _Held(_rank_key(value, evaluation, parallel, num_gpus), parallel, evaluation, num_gpus, value)
             if len(held) < top_k or item.key < held[-1].key:
                 bisect.insort(held, item, key=lambda h: h.key)
                 del held[top_k:]
-    return held
 
 
-def _time_to_train_bound_s(run: _Run, num_gpus: int) -> float:
-    """No plan on ``num_gpus`` GPUs trains faster. A shape's step takes at least its m
-    micro-batches through its slowest stage, which holds at least 1/pp of the model:
-    m * model_time / pp = B * tp * model_time(tp, mb, sp) / (mb * N). The minimum over every tp
-    that fits the model and the node, every micro-batch size and SP bounds all shapes."""
-    request = run.request
-    training, model = request.training, request.model
-    best_s = float("inf")
-    for tp in _divisors(num_gpus):
-        if model.num_attention_heads % tp or model.num_kv_heads % tp or model.ffn_hidden_size % tp:
-            continue
-        if request.cluster.gpus_per_node % tp and not request.constraints.allow_tp_across_nodes:
-            continue
-        if not request.constraints.admits("tp_size", tp):
-            continue
-        for mb in _divisors(training.global_batch_size):
-            if mb > MICRO_BATCH_CHOICES_MAX or not request.constraints.admits("micro_batch_size", mb):
-                continue
-            for sp in (False, True) if tp > 1 else (False,):
-                per_sample = run.profiles.model_time_s(tp, mb, sp, False) * tp / mb
-                best_s = min(best_s, training.global_batch_size * per_sample / num_gpus)
-    steps = training.train_tokens / training.tokens_per_step
-    return steps * best_s
-
-
-def _search_min_gpus(run: _Run, counts: list[int]) -> list[_Held]:
+def _search_min_gpus(run: SearchRun, counts: list[int]) -> list[_Held]:
     """Fewest GPUs whose best plan meets the deadline; ties broken by time to train. Counts are
     tried in increasing order."""
     request = run.request
@@ -464,7 +270,8 @@ def _search_min_gpus(run: _Run, counts: list[int]) -> list[_Held]:
     for num_gpus in counts:
         if len(found) >= request.top_k:
             break
-        if _time_to_train_bound_s(run, num_gpus) > request.deadline_s:
+        steps = request.training.train_tokens / request.training.tokens_per_step
+        if steps * count_step_lower_bound_s(run, num_gpus) > request.deadline_s:
             run.stats.configurations_pruned += 1
             run.reject("[deadline]")
             continue
@@ -476,11 +283,11 @@ def _search_min_gpus(run: _Run, counts: list[int]) -> list[_Held]:
     return found
 
 
-def find_plans(request: SearchRequest) -> tuple[list[_Held], _Run]:
+def find_plans(request: SearchRequest) -> tuple[list[_Held], SearchRun]:
     """The search without ranking text or explanation: validated plans, best first."""
     started = time.perf_counter()
     check_request(request)
-    run = _Run(request, SearchStats(), started + request.time_budget_s)
+    run = SearchRun(request, SearchStats(), started + request.time_budget_s)
     counts = gpu_counts(request)
     if not counts:
         raise SpecError("constraints.num_gpus", "no GPU count fits both the constraint and the cluster")

@@ -118,6 +118,7 @@ def _search_value(result, request) -> float:
         (Objective.MAX_THROUGHPUT, 1.6, {}),  # tight: recomputation and uneven stages pay off
         (Objective.MIN_TIME_TO_TRAIN, 2.0, {}),
         (Objective.MIN_COST, 3.0, {"num_gpus": None, "constraints": Constraints.parse({"num_gpus": [1, 2, 4]})}),
+        (Objective.MAX_THROUGHPUT, 2.0, {"num_gpus": None, "constraints": Constraints.parse({"num_gpus": {"min": 2, "max": 8}})}),
         (Objective.MIN_GPUS, 3.0, {"num_gpus": None, "deadline_s": None}),
     ],
 )

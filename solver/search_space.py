@@ -1,0 +1,266 @@
+"""The optimizer's search space: the shapes it enumerates, their legality, and lower bounds.
+
+A shape fixes everything but the partition: GPU count, dp / tp / pp, ZeRO stage, micro-batch,
+the base recompute (and whether layers may be fully recomputed), interleaving and sequence
+parallelism. Bounds come from the per-layer profile alone (no evaluator call), so whole groups
+of shapes can be skipped before anything is planned.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from solver.errors import SpecError
+from solver.evaluate import resolve_profile
+from solver.execution import ParallelConfig, Recompute, ZeroStage
+from solver.legality import check_structure, framework_violations, placement_violations
+from solver.partition import layer_rows
+from solver.profile import ModelProfile
+from solver.result import Evaluation
+from solver.schedule import pipeline_comm_s
+from solver.search_types import Objective, SearchRequest, SearchStats
+
+MICRO_BATCH_CHOICES_MAX = 256  # micro-batches larger than this never pay off and blow up memory
+
+
+@dataclass(frozen=True, order=True)
+class Shape:
+    """One point of the outer enumeration; the partition is planned per shape."""
+
+    num_gpus: int
+    dp_size: int
+    tp_size: int
+    pp_size: int
+    zero_stage: int
+    micro_batch_size: int
+    base_recompute: Recompute  # NONE or SELECTIVE for every layer not fully recomputed
+    full_recompute: bool  # may layers be fully recomputed (how many is chosen per stage)
+    virtual_stages: int
+    sequence_parallel: bool
+
+    def uniform(self) -> ParallelConfig:
+        """The configuration with a uniform partition and every layer on the base recompute."""
+        return ParallelConfig(
+            self.dp_size, self.tp_size, self.pp_size, ZeroStage(self.zero_stage), self.micro_batch_size,
+            self.base_recompute, self.virtual_stages, self.sequence_parallel,
+        )
+
+
+@dataclass
+class SearchRun:
+    """What one search accumulates: the request, the stats and the reasons shapes failed."""
+
+    request: SearchRequest
+    stats: SearchStats
+    deadline: float
+    rejected: dict[str, int] = field(default_factory=dict)  # rule -> shapes rejected by it
+    legal: list[Shape] = field(default_factory=list)  # shapes that passed every rule
+    closest: list[tuple[float, ParallelConfig, Evaluation]] = field(default_factory=list)  # memory misses
+    partitions_exact: bool = True
+    framework_rules: dict[tuple[int, int], list[str]] = field(default_factory=dict)  # (pp, zero) -> violations
+    profiles: "Profiles" = field(init=False)  # per-search profile caches
+
+    def __post_init__(self) -> None:
+        self.profiles = Profiles(self.request)
+
+    def reject(self, rule: str) -> None:
+        self.rejected[rule] = self.rejected.get(rule, 0) + 1
+
+
+def gpu_counts(request: SearchRequest) -> list[int]:
+    """GPU counts to consider: the request's, else those the num_gpus constraint admits among
+    divisors and multiples of the node size up to the cluster (every GPU when unconstrained and
+    the objective is not min_gpus)."""
+    cluster = request.cluster
+    if request.num_gpus is not None:
+        return [request.num_gpus]
+    rule = request.constraints.allowed.get("num_gpus")
+    if rule is None and request.objective is not Objective.MIN_GPUS:
+        return [cluster.num_gpus]
+    node = cluster.gpus_per_node
+    counts = {d for d in range(1, node + 1) if node % d == 0} | {node * i for i in range(1, cluster.num_nodes + 1)}
+    if rule is not None and rule.values is not None:
+        counts |= {int(v) for v in rule.values if v <= cluster.num_gpus}
+    return sorted(n for n in counts if n <= cluster.num_gpus and request.constraints.admits("num_gpus", n))
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _recompute_options(request: SearchRequest) -> list[tuple[Recompute, bool]]:
+    """(base recompute, full allowed) pairs the recompute constraint admits. Full recompute is
+    chosen per stage (from none to every layer), so 'full' covers partial recomputation."""
+    admits = lambda value: request.constraints.admits("recompute", value.value)  # noqa: E731
+    options = []
+    if admits(Recompute.NONE) or admits(Recompute.FULL):
+        options.append((Recompute.NONE, admits(Recompute.FULL)))
+    if admits(Recompute.SELECTIVE):
+        options.append((Recompute.SELECTIVE, admits(Recompute.FULL)))
+    return options
+
+
+def shapes(run: SearchRun, num_gpus: int):
+    """Every shape the request admits for ``num_gpus``, legal or not (the caller checks)."""
+    request = run.request
+    model, training, constraints = request.model, request.training, request.constraints
+    admits = constraints.admits
+    for tp in divisors(num_gpus):
+        if not admits("tp_size", tp):
+            continue
+        for pp in divisors(num_gpus // tp):
+            dp = num_gpus // (tp * pp)
+            if not (admits("pp_size", pp) and admits("dp_size", dp)):
+                continue
+            if not is_legal(run, Shape(num_gpus, dp, tp, pp, 0, 1, Recompute.NONE, False, 1, False), coarse=True):
+                continue  # tp / pp / batch rules that no micro-batch, ZeRO stage or v can repair
+            if training.global_batch_size % dp:
+                run.reject("[batch_divisible]")
+                continue
+            per_replica = training.global_batch_size // dp
+            micro_batches = [b for b in divisors(per_replica) if b <= MICRO_BATCH_CHOICES_MAX and admits("micro_batch_size", b)]
+            zero_stages = [z for z in range(4) if admits("zero_stage", z)]
+            if dp == 1 and len(zero_stages) > 1:
+                zero_stages = zero_stages[:1]  # nothing to shard over: every stage is the same plan
+            virtual = [v for v in range(1, model.num_layers // pp + 1)
+                       if admits("virtual_stages", v) and (v == 1 or (pp > 1 and model.num_layers % (pp * v) == 0))]
+            seq_par = [s for s in (False, True) if admits("sequence_parallel", s) and (tp > 1 or not s)]
+            for mb, zero, (base, full), v, sp in itertools.product(
+                micro_batches, zero_stages, _recompute_options(request), virtual, seq_par
+            ):
+                if v > 1 and (per_replica // mb) % pp:
+                    run.reject("[interleave_micro_batches]")
+                    continue
+                yield Shape(num_gpus, dp, tp, pp, zero, mb, base, full, v, sp)
+
+
+def _rule(message: str) -> str:
+    return message.split("]")[0] + "]" if message.startswith("[") else message
+
+
+def is_legal(run: SearchRun, shape: Shape, coarse: bool = False) -> bool:
+    """Whether the shape passes the legality rules. ``coarse``: the structural rules
+    (``check_structure``) and placement of (tp, pp, dp) with micro-batch 1 and no interleaving,
+    counted once for the whole group. Otherwise the framework rules of (pp, ZeRO stage): the
+    generator already keeps micro-batches, interleaving and layer counts legal, and everything
+    returned passes ``check_structure`` again in the evaluator and the validator."""
+    request = run.request
+    constraints = request.constraints
+    if coarse:
+        parallel = shape.uniform()
+        problems = []
+        try:
+            check_structure(request.model, request.cluster, request.training, parallel, shape.num_gpus)
+        except SpecError as error:
+            problems.append(_rule(error.reason) if error.reason.startswith("[") else error.field)
+        problems += placement_violations(request.cluster, parallel, constraints.allow_tp_across_nodes)
+        for problem in problems:
+            run.reject(_rule(problem))
+        if problems:
+            run.stats.configurations_enumerated += 1
+            run.stats.configurations_illegal += 1
+        return not problems
+    key = (shape.pp_size, shape.zero_stage)
+    if key not in run.framework_rules:
+        probe = ParallelConfig(pp_size=shape.pp_size, zero_stage=ZeroStage(shape.zero_stage))
+        run.framework_rules[key] = framework_violations(probe, constraints.framework)
+    for problem in run.framework_rules[key]:
+        run.reject(_rule(problem))
+    return not run.framework_rules[key]
+
+
+class Profiles:
+    """Per-search caches of profiles and what is derived from them, keyed by small tuples
+    (hashing a whole profile costs more than what it would save)."""
+
+    def __init__(self, request: SearchRequest) -> None:
+        self.request = request
+        self._profiles: dict[tuple, ModelProfile] = {}
+        self._model_time: dict[tuple, float] = {}
+        self._rows: dict[tuple, tuple] = {}
+        self._selective_noop: dict[tuple, bool] = {}
+        self._message: dict[tuple, int] = {}
+
+    def profile(self, tp: int, mb: int, sp: bool) -> ModelProfile:
+        key = (tp, mb, sp)
+        if key not in self._profiles:
+            r = self.request
+            parallel = ParallelConfig(tp_size=tp, micro_batch_size=mb, sequence_parallel=sp)
+            self._profiles[key] = resolve_profile(r.model, r.cluster, r.training, parallel, r.profile)
+        return self._profiles[key]
+
+    def model_time_s(self, tp: int, mb: int, sp: bool, selective: bool) -> float:
+        """One micro-batch's forward + backward + TP time through every layer (no full recompute)."""
+        key = (tp, mb, sp, selective)
+        if key not in self._model_time:
+            self._model_time[key] = sum(layer.time_s(False, selective) for layer in self.profile(tp, mb, sp).layers)
+        return self._model_time[key]
+
+    def selective_changes_nothing(self, tp: int, mb: int, sp: bool) -> bool:
+        """With fused attention there is no score tensor to drop: selective recompute is a no-op."""
+        key = (tp, mb, sp)
+        if key not in self._selective_noop:
+            self._selective_noop[key] = self.model_time_s(tp, mb, sp, True) == self.model_time_s(tp, mb, sp, False) and all(
+                layer.selective_activation_bytes == layer.activation_bytes for layer in self.profile(tp, mb, sp).layers
+            )
+        return self._selective_noop[key]
+
+    def message_bytes(self, tp: int, mb: int, sp: bool) -> int:
+        """The pipeline's point-to-point message: one transformer layer's output."""
+        key = (tp, mb, sp)
+        if key not in self._message:
+            blocks = self.profile(tp, mb, sp).transformer_layers
+            self._message[key] = blocks[0].output_bytes if blocks else 0
+        return self._message[key]
+
+    def rows(self, tp: int, mb: int, sp: bool, selective: bool) -> tuple:
+        key = (tp, mb, sp, selective)
+        if key not in self._rows:
+            self._rows[key] = layer_rows(self.profile(tp, mb, sp), selective)
+        return self._rows[key]
+
+
+def dominated_selective(run: SearchRun, shape: Shape) -> bool:
+    none_admitted = run.request.constraints.admits("recompute", Recompute.NONE.value)
+    noop = run.profiles.selective_changes_nothing(shape.tp_size, shape.micro_batch_size, shape.sequence_parallel)
+    return noop and (none_admitted or shape.full_recompute)
+
+
+def step_lower_bound_s(run: SearchRun, shape: Shape) -> float:
+    """No configuration of this shape steps faster: every stage's time is at least the model's
+    forward + backward + TP time (no full recompute) over pp, the 1F1B schedule runs
+    m + (p - 1)/v of the slowest stage, and the pipeline's p2p sends are on the critical path."""
+    request = run.request
+    selective = shape.base_recompute is Recompute.SELECTIVE
+    tp, mb, sp = shape.tp_size, shape.micro_batch_size, shape.sequence_parallel
+    per_micro_batch = run.profiles.model_time_s(tp, mb, sp, selective) / shape.pp_size
+    m = request.training.global_batch_size // (shape.dp_size * mb)
+    comm = 0.0
+    if shape.pp_size > 1:
+        comm = pipeline_comm_s(request.cluster, shape.uniform(), m, run.profiles.message_bytes(tp, mb, sp))
+    return (m + (shape.pp_size - 1) / shape.virtual_stages) * per_micro_batch + comm
+
+
+def count_step_lower_bound_s(run: SearchRun, num_gpus: int) -> float:
+    """No plan on ``num_gpus`` GPUs steps faster. A shape's step takes at least its m
+    micro-batches through its slowest stage, which holds at least 1/pp of the model:
+    m * model_time / pp = B * tp * model_time(tp, mb, sp) / (mb * N). The minimum over every tp
+    that fits the model and the node, every micro-batch size and SP bounds all shapes."""
+    request = run.request
+    training, model = request.training, request.model
+    best_s = float("inf")
+    for tp in divisors(num_gpus):
+        if model.num_attention_heads % tp or model.num_kv_heads % tp or model.ffn_hidden_size % tp:
+            continue
+        if request.cluster.gpus_per_node % tp and not request.constraints.allow_tp_across_nodes:
+            continue
+        if not request.constraints.admits("tp_size", tp):
+            continue
+        for mb in divisors(training.global_batch_size):
+            if mb > MICRO_BATCH_CHOICES_MAX or not request.constraints.admits("micro_batch_size", mb):
+                continue
+            for sp in (False, True) if tp > 1 else (False,):
+                per_sample = run.profiles.model_time_s(tp, mb, sp, False) * tp / mb
+                best_s = min(best_s, training.global_batch_size * per_sample / num_gpus)
+    return best_s
