@@ -309,3 +309,14 @@ def test_heterogeneous_measured_profile_goes_through_cpsat_and_equals_brute_forc
     truth = brute_force(request)
     assert result.stats.cpsat_calls > 0 and result.stats.cpsat_status.get("OPTIMAL", 0) == result.stats.cpsat_calls
     assert result.best.objective_value == pytest.approx(truth[0], rel=1e-9), (result.best.parallel, truth[1])
+
+
+def test_uneven_partition_with_per_stage_recompute_equals_brute_force():
+    """Eight layers over four stages: every composition and every recompute count per stage."""
+    eight = replace(TINY, num_layers=8)
+    c = Constraints.parse({"tp_size": 1, "pp_size": 4, "micro_batch_size": 1, "zero_stage": 0, "virtual_stages": 1})
+    for memory_gib in (2.05, 2.2):
+        request = SearchRequest(eight, tiny_cluster(memory_gib), TRAINING, num_gpus=4, constraints=c)
+        truth = brute_force(request)
+        best = search(request).best
+        assert best.objective_value == pytest.approx(truth[0], rel=1e-9), (best.parallel, truth[1])
