@@ -13,14 +13,16 @@ Everything is in integers: times in nanoseconds (``stage_time_ns``), memory in K
 amount rounded up and each budget rounded down, so a plan that fits here fits the evaluator
 (which re-checks every plan anyway).
 
-Two exact solvers on the same ``PartitionProblem``:
+Three exact solvers on the same ``PartitionProblem`` (``solve`` picks one):
 - ``solve_fast``: identical transformer layers (every analytic profile). Stages are then
   interchangeable except for their in-flight count and extras, so a bottleneck T is feasible iff
   the per-stage maximal layer counts under T sum to at least L; binary search over the finite set
   of stage times, then a water-fill for the secondary objective. Provably optimal, O(p L) numpy.
-- ``solve_cpsat``: any chain of layers (measured profiles), CP-SAT over stage boundaries with
-  prefix sums; the linear model when layers are identical. Used for heterogeneous profiles and as
-  the reference the fast path is tested against.
+- ``solver.search_chain.solve_chain``: any chain of layers (measured profiles), a dynamic
+  program over stage boundaries vectorised with numpy (tens of ms for 128 layers x 64 stages).
+- ``solver.search_cpsat.solve_cpsat``: any chain, CP-SAT over stage boundaries with prefix sums
+  (the linear model when layers are identical). The reference both fast paths are tested
+  against, and the solver for chains too long for the chain program's tables.
 """
 
 from __future__ import annotations
@@ -377,12 +379,23 @@ def _feasible(caps: np.ndarray, layers: int) -> bool:
 # --------------------------------------------------------------------------- dispatch
 
 
-def solve(problem: PartitionProblem, time_limit_s: float = 10.0) -> PartitionSolution | None:
-    """The optimal partition: the fast path where it is exact, CP-SAT otherwise."""
-    if problem.virtual_stages == 1 and problem.identical_layers:
-        return solve_fast(problem)
-    if problem.virtual_stages == 1:
-        from solver.search_cpsat import solve_cpsat
+# Above this many (stage, start, end) entries the exact chain tables (8 bytes each) grow past
+# ~160 MiB; CP-SAT's boundary model takes over.
+CHAIN_TABLE_LIMIT = 20_000_000
 
-        return solve_cpsat(problem, time_limit_s=time_limit_s)
-    return None
+
+def solve(problem: PartitionProblem, time_limit_s: float = 10.0) -> PartitionSolution | None:
+    """The optimal partition of a one-chunk-per-stage pipeline: the closed-form fast path for
+    identical layers, the exact chain program otherwise, CP-SAT for chains too long for its
+    tables (``time_limit_s`` is CP-SAT's safety net)."""
+    if problem.virtual_stages != 1:
+        raise ValueError("solve covers one chunk per stage; interleaved pipelines use fixed_partition")
+    if problem.identical_layers:
+        return solve_fast(problem)
+    if problem.num_stages * problem.num_layers**2 <= CHAIN_TABLE_LIMIT:
+        from solver.search_chain import solve_chain
+
+        return solve_chain(problem)
+    from solver.search_cpsat import solve_cpsat
+
+    return solve_cpsat(problem, time_limit_s=time_limit_s)

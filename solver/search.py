@@ -119,11 +119,14 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
     solutions: list[PartitionSolution] = []
     even = uniform_partition(request.model.num_layers, uniform.num_chunks)
     fixed = fixed_partition(problem, even)
+    methods = run.stats.partition_methods
+    methods["fixed"] = methods.get("fixed", 0) + 1
     if fixed is not None:
         solutions.append(fixed)
     if shape.virtual_stages == 1 and shape.pp_size > 1:
         best = solve(problem, time_limit_s=max(0.5, run.deadline - time.perf_counter()))
         if best is not None:
+            methods[best.method] = methods.get(best.method, 0) + 1
             if best.method == "cpsat":
                 run.stats.cpsat_calls += 1
                 run.stats.cpsat_status[best.status] = run.stats.cpsat_status.get(best.status, 0) + 1

@@ -174,6 +174,7 @@ class SearchStats:
     configurations_evaluated: int = 0
     cpsat_calls: int = 0
     cpsat_status: dict[str, int] = field(default_factory=dict)
+    partition_methods: dict[str, int] = field(default_factory=dict)  # fast / chain / cpsat / fixed -> solves
     wall_time_s: float = 0.0
     proven_optimal: bool = False
     timed_out: bool = False

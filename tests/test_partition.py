@@ -15,6 +15,7 @@ from solver.evaluate import evaluate
 from solver.execution import ParallelConfig, Recompute, TrainingSpec, ZeroStage
 from solver.legality import stage_layer_counts
 from solver.partition import NS_PER_S, PartitionProblem, fixed_partition, partition_problem, solve, solve_fast, stage_cost
+from solver.search_chain import solve_chain
 from solver.search_cpsat import solve_cpsat
 
 
@@ -92,7 +93,7 @@ def _brute_force(problem: PartitionProblem):
     return best
 
 
-def test_cpsat_equals_brute_force_on_heterogeneous_chains():
+def test_cpsat_and_chain_program_equal_brute_force_on_heterogeneous_chains():
     rng = random.Random(11)
     feasible = 0
     for _ in range(25):
@@ -100,12 +101,27 @@ def test_cpsat_equals_brute_force_on_heterogeneous_chains():
         stages = rng.randint(2, min(layers, 4))
         problem = random_problem(rng, layers, stages, identical=False)
         solution = solve_cpsat(problem)
-        assert _key(solution) == _brute_force(problem)
+        truth = _brute_force(problem)
+        assert _key(solution) == truth
+        chain = solve_chain(problem)
+        assert _key(chain) == truth
         if solution is not None:
             feasible += 1
             _check(problem, solution)
+            _check(problem, chain)
             assert solution.method == "cpsat" and solution.status == "OPTIMAL"
     assert feasible >= 5
+
+
+def test_chain_program_equals_fast_path_and_cpsat_on_larger_chains():
+    rng = random.Random(13)
+    for _ in range(6):
+        layers = rng.randint(16, 40)
+        stages = rng.randint(2, 8)
+        identical = random_problem(rng, layers, stages, identical=True)
+        assert _key(solve_chain(identical)) == _key(solve_fast(identical))
+        mixed = random_problem(rng, layers, stages, identical=False)
+        assert _key(solve_chain(mixed)) == _key(solve_cpsat(mixed))
 
 
 def test_cpsat_is_fast_on_128_layers_and_64_stages():
@@ -123,7 +139,7 @@ def test_dispatch_uses_the_fast_path_for_identical_layers():
     assert solve(problem).method == "fast"
     hetero = random_problem(random.Random(3), 8, 3, identical=False)
     solution = solve(hetero)
-    assert solution is None or solution.method == "cpsat"
+    assert solution is None or solution.method == "chain"
 
 
 # ---------------------------------------------------------------- the model mirrors the evaluator

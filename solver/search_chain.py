@@ -1,0 +1,135 @@
+"""Exact partition of a chain of non-identical layers (measured profiles), one chunk per stage.
+
+A dynamic program over stage boundaries, vectorised with numpy. For stage i and every layer
+range [a, b) it first finds the least number of leading layers to recompute so the range fits
+(memory falls as more layers are recomputed, so a binary search per range), which gives the
+range's time. Under a bottleneck T the ranges that stage i can take from a start a are
+[a, a + 1) ... [a, maxend_i(a)) (time and memory grow with b). The boundaries reachable after
+i + 1 stages are then {b : some reachable a < b has maxend_i(a) >= b}, one prefix maximum per
+stage. T is feasible iff the last boundary L is reachable after p stages; the least feasible T
+is found by bisection over integers (times are whole nanoseconds), then the largest stage state
+the same way with T fixed, and the boundaries are read back from the reachable sets.
+
+Cost: O(p L^2 log L) once per problem for the range tables, O(p L^2) per bisection step.
+Exact for the same model as ``solver.partition`` and ``solver.search_cpsat`` (tests compare the
+three).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solver.partition import PartitionProblem, PartitionSolution
+
+UNREACHABLE = np.inf
+
+
+def _prefix(values: tuple[int, ...]) -> np.ndarray:
+    return np.concatenate(([0.0], np.cumsum(np.asarray(values, dtype=np.float64))))
+
+
+def _range_tables(problem: PartitionProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """time_ns[i, a, b - 1], recomputed[i, a, b - 1] for every stage i and range [a, b)
+    (inf where the range cannot fit or b <= a), and state_kib[a, b - 1] of the range's layers."""
+    p, layers = problem.num_stages, problem.num_layers
+    time_p, recompute_p = _prefix(problem.layer_time_ns), _prefix(problem.layer_recompute_ns)
+    kept_p, ckpt_p, state_p = _prefix(problem.layer_kept_kib), _prefix(problem.layer_checkpoint_kib), _prefix(problem.layer_state_kib)
+    a = np.arange(layers)[:, None]
+    b = np.arange(1, layers + 1)[None, :]
+    valid = b > a
+    held = np.where(valid, b - a, 0)
+    state = state_p[b] - state_p[a]
+
+    time_ns = np.full((p, layers, layers), UNREACHABLE)
+    recomputed = np.zeros((p, layers, layers), dtype=np.int64)
+    for stage in range(p):
+        f, budget = problem.in_flight[stage], problem.stage_budget_kib[stage]
+
+        def memory(k: np.ndarray) -> np.ndarray:
+            split = np.minimum(a + k, b)
+            kept = ckpt_p[split] - ckpt_p[a] + kept_p[b] - kept_p[split]
+            return f * kept + np.where(k > 0, problem.working_kib, 0) + state
+
+        plain = valid & (memory(np.zeros_like(held)) <= budget)
+        if problem.allow_recompute:
+            possible = valid & ~plain & (memory(held) <= budget)
+            lo, hi = np.ones_like(held), np.maximum(held, 1)
+            while np.any(possible & (lo < hi)):  # least k in [1, held] that fits
+                mid = (lo + hi) // 2
+                fits = memory(mid) <= budget
+                hi = np.where(possible & fits, mid, hi)
+                lo = np.where(possible & ~fits, mid + 1, lo)
+            k = np.where(plain, 0, lo)
+            fits_at_all = plain | possible
+        else:
+            k = np.zeros_like(held)
+            fits_at_all = plain
+        split = np.minimum(a + k, b)
+        time = time_p[b] - time_p[a] + recompute_p[split] - recompute_p[a] + problem.stage_extra_time_ns[stage]
+        time_ns[stage] = np.where(fits_at_all, time, UNREACHABLE)
+        recomputed[stage] = np.where(fits_at_all, k, 0)
+    return time_ns, recomputed, np.where(valid, state, UNREACHABLE)
+
+
+def _reachable(allowed: np.ndarray) -> list[np.ndarray]:
+    """reach[i][b]: boundary b is reachable after i stages using only ``allowed`` ranges
+    (allowed[i, a, b - 1]); each stage's allowed ranges from a start are a prefix in b."""
+    p, layers, _ = allowed.shape
+    starts = np.arange(layers)
+    reach = [np.zeros(layers + 1, dtype=bool)]
+    reach[0][0] = True
+    for stage in range(p):
+        max_end = starts + allowed[stage].sum(axis=1)  # the furthest b reachable from a
+        from_reachable = np.where(reach[-1][:layers], max_end, -1)
+        furthest = np.maximum.accumulate(from_reachable)  # over starts a' <= a
+        nxt = np.zeros(layers + 1, dtype=bool)
+        nxt[1:] = furthest >= np.arange(1, layers + 1)  # some reachable a < b reaches b
+        reach.append(nxt)
+    return reach
+
+
+def solve_chain(problem: PartitionProblem) -> PartitionSolution | None:
+    """The optimal partition (least bottleneck, then least largest stage state), or None."""
+    if problem.virtual_stages != 1:
+        raise ValueError("solve_chain covers one chunk per stage")
+    p, layers = problem.num_stages, problem.num_layers
+    time_ns, recomputed, state = _range_tables(problem)
+    extra_state = np.asarray(problem.stage_extra_state_kib, dtype=np.float64)[:, None, None]
+    stage_state = state[None, :, :] + extra_state
+
+    def feasible(bound_ns: float, bound_kib: float = UNREACHABLE) -> list[np.ndarray] | None:
+        reach = _reachable((time_ns <= bound_ns) & (stage_state <= bound_kib))
+        return reach if reach[-1][layers] else None
+
+    finite = time_ns[np.isfinite(time_ns)]
+    if finite.size == 0 or feasible(float(finite.max())) is None:
+        return None
+    lo, hi = int(finite.min()), int(finite.max())
+    while lo < hi:  # least feasible bottleneck (integers: exact)
+        mid = (lo + hi) // 2
+        if feasible(mid) is not None:
+            hi = mid
+        else:
+            lo = mid + 1
+    bottleneck = lo
+    states = stage_state[np.isfinite(stage_state) & (time_ns <= bottleneck)]
+    lo_s, hi_s = int(states.min()), int(states.max())
+    while lo_s < hi_s:  # then the least largest stage state
+        mid = (lo_s + hi_s) // 2
+        if feasible(bottleneck, mid) is not None:
+            hi_s = mid
+        else:
+            lo_s = mid + 1
+    allowed = (time_ns <= bottleneck) & (stage_state <= lo_s)
+    reach = _reachable(allowed)
+
+    counts, recompute = [0] * p, [0] * p
+    end = layers
+    for stage in range(p - 1, -1, -1):  # read back: the latest start that reaches this end
+        starts = [a for a in range(end) if reach[stage][a] and allowed[stage, a, end - 1]]
+        start = max(starts)
+        counts[stage], recompute[stage] = end - start, int(recomputed[stage, start, end - 1])
+        end = start
+    worst_time = max(float(time_ns[s, sum(counts[:s]), sum(counts[: s + 1]) - 1]) for s in range(p))
+    worst_state = max(float(stage_state[s, sum(counts[:s]), sum(counts[: s + 1]) - 1]) for s in range(p))
+    return PartitionSolution(tuple(counts), tuple(recompute), int(worst_time), int(worst_state), "chain", "OPTIMAL")
