@@ -178,4 +178,13 @@ def explain(run) -> dict:
                 "time_to_train_s": p.time_to_train_s,
                 "peak_gib": best.evaluation.peak_bytes / GIB_BYTES,
             })
+    if rule == "[deadline]" and explanation["suggestions"] and explanation["suggestions"][0]["change"].startswith("drop the deadline"):
+        fastest = explanation["suggestions"][0]
+        text = (
+            f"the fastest plan trains in {fastest['time_to_train_s']:.4g} s on {fastest['num_gpus']} GPUs;"
+            f" the deadline is {request.deadline_s:.4g} s"
+        )
+        explanation["closest_miss"] = {"text": text, "time_to_train_s": fastest["time_to_train_s"],
+                                       "num_gpus": fastest["num_gpus"], "parallel": fastest["parallel"]}
+        explanation["summary"] += ": " + text
     return explanation

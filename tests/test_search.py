@@ -320,3 +320,11 @@ def test_uneven_partition_with_per_stage_recompute_equals_brute_force():
         truth = brute_force(request)
         best = search(request).best
         assert best.objective_value == pytest.approx(truth[0], rel=1e-9), (best.parallel, truth[1])
+
+
+def test_min_gpus_with_an_impossible_deadline_names_the_fastest_plan():
+    result = search(_request(3.0, num_gpus=None, objective=Objective.MIN_GPUS, deadline_s=1.0))
+    explanation = result.explanation
+    assert result.status == "infeasible" and explanation["binding_constraint"] == "deadline"
+    assert "the fastest plan trains in" in explanation["summary"]
+    assert explanation["closest_miss"]["time_to_train_s"] > 1.0
