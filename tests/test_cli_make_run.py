@@ -1,8 +1,11 @@
-"""`make run` as the README says it, on a free port, planned against through plain HTTP calls."""
+"""`make run` as the README says it, on a free port, sent the README's curl examples as plain
+HTTP calls."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -16,7 +19,14 @@ REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 600  # make run installs the pinned dependencies if .venv is not current
 
 
-def test_make_run_serves_plans(tmp_path):
+def readme_post_examples() -> list[tuple[str, dict]]:
+    """The README's ``curl -X POST URL -d '{...}'`` examples as (path, body)."""
+    text = (REPO / "README.md").read_text()
+    pattern = r"curl -s -X POST http://127\.0\.0\.1:8000(\S+) -H 'content-type: application/json' -d '(\{.*?\})'"
+    return [(path, json.loads(body)) for path, body in re.findall(pattern, text, flags=re.DOTALL)]
+
+
+def test_make_run_serves_the_readme_examples(tmp_path):
     port = free_port()
     env = dict(os.environ, PORT=str(port), DATABASE_URL=f"sqlite:///{tmp_path / 'make-run.db'}")
     server = subprocess.Popen(
@@ -36,10 +46,9 @@ def test_make_run_serves_plans(tmp_path):
             assert time.monotonic() < deadline, (tmp_path / "make-run.log").read_text()
             time.sleep(0.25)
 
-        body = {
-            "model": "gpt3-350m", "cluster": "dgx-a100-80gb-x1",
-            "training": {"global_batch_size": 64, "seq_length": 2048}, "top_k": 2,
-        }
+        examples = readme_post_examples()
+        assert [path for path, _ in examples] == ["/v1/plans", "/v1/evaluations"]
+        body = examples[0][1]
         created = httpx.post(f"{base}/v1/plans", json=body, timeout=300)
         assert created.status_code == 201, created.text
         location = created.headers["location"]
@@ -47,7 +56,10 @@ def test_make_run_serves_plans(tmp_path):
         assert fetched.status_code == 200
         assert fetched.json()["id"] == created.json()["id"]
         assert fetched.json()["status"] == "succeeded"
+        assert fetched.json()["request"]["top_k"] == body["top_k"]
         assert httpx.post(f"{base}/v1/plans", json=body, timeout=300).status_code == 200
+        evaluation = httpx.post(f"{base}/v1/evaluations", json=examples[1][1], timeout=60)
+        assert evaluation.status_code == 200 and evaluation.json()["feasible"] is True
         assert (tmp_path / "make-run.db").exists()
     finally:
         os.killpg(server.pid, signal.SIGTERM)
