@@ -133,31 +133,34 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
                 run.partitions_exact &= best.status == "OPTIMAL"
             if fixed is None or best.stage_layers != fixed.stage_layers:
                 solutions.append(best)
+    none_admitted = request.constraints.admits("recompute", Recompute.NONE.value)
     # The schedule runs m + (p - 1)/v slots of the slowest stage; p2p and the DP tail come on top.
     slots = m + (shape.pp_size - 1) / shape.virtual_stages
     comm_s = pipeline_comm_s(request.cluster, uniform, m, run.profiles.message_bytes(tp, mb, sp))
     # Each layer's time was rounded up to whole ns: allow that much below the bound.
     slack_ns = request.model.num_layers + 2
     return [
-        (_to_parallel(shape, s, even), slots * max(0, s.stage_time_ns - slack_ns) / NS_PER_S + comm_s)
+        (_to_parallel(shape, s, even, none_admitted), slots * max(0, s.stage_time_ns - slack_ns) / NS_PER_S + comm_s)
         for s in solutions
     ]
 
 
-def _to_parallel(shape: Shape, solution: PartitionSolution, even: tuple[int, ...]) -> ParallelConfig:
+def _to_parallel(shape: Shape, solution: PartitionSolution, even: tuple[int, ...], none_admitted: bool) -> ParallelConfig:
+    """The configuration of a partition solution, labelled the evaluator's way: FULL with
+    per-chunk counts over a base of no recomputation, SELECTIVE with counts over a selective
+    base; plain NONE / FULL when no layer or every layer is recomputed (NONE only where the
+    request admits it: otherwise FULL recomputing zero layers)."""
     layers = None if solution.stage_layers == even else solution.stage_layers
     recomputed = solution.recompute_layers
-    if not any(recomputed) and (not shape.full_recompute or shape.base_recompute is Recompute.SELECTIVE):
-        return replace(shape.uniform(), stage_layers=layers)
+    base = shape.uniform()
+    if not any(recomputed):
+        if shape.base_recompute is Recompute.SELECTIVE or none_admitted:
+            return replace(base, stage_layers=layers)
+        return replace(base, recompute=Recompute.FULL, stage_layers=layers, full_recompute_layers=recomputed)
     if shape.base_recompute is Recompute.NONE and all(k == n for k, n in zip(recomputed, solution.stage_layers)):
-        return replace(shape.uniform(), recompute=Recompute.FULL, stage_layers=layers)
-    # Partial full recompute: labelled FULL over a base of none (the evaluator's convention),
-    # SELECTIVE when the other layers recompute selectively.
+        return replace(base, recompute=Recompute.FULL, stage_layers=layers)
     label = Recompute.SELECTIVE if shape.base_recompute is Recompute.SELECTIVE else Recompute.FULL
-    if not any(recomputed) and label is Recompute.FULL and shape.base_recompute is Recompute.NONE:
-        # no layer recomputed: this is the plain plan when 'none' is admitted
-        return replace(shape.uniform(), stage_layers=layers)
-    return replace(shape.uniform(), recompute=label, stage_layers=layers, full_recompute_layers=recomputed)
+    return replace(base, recompute=label, stage_layers=layers, full_recompute_layers=recomputed)
 
 
 def _evaluate(request: SearchRequest, parallel: ParallelConfig, num_gpus: int) -> Evaluation:

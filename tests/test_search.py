@@ -328,3 +328,11 @@ def test_min_gpus_with_an_impossible_deadline_names_the_fastest_plan():
     assert result.status == "infeasible" and explanation["binding_constraint"] == "deadline"
     assert "the fastest plan trains in" in explanation["summary"]
     assert explanation["closest_miss"]["time_to_train_s"] > 1.0
+
+
+def test_recompute_pinned_to_full_labels_every_plan_full():
+    request = _request(3.0, constraints=Constraints.parse({"recompute": "full"}), top_k=5)
+    result = search(request)
+    assert len(result.candidates) == 5
+    for candidate in result.candidates:
+        assert recompute_values(candidate.parallel) == {"full"}
