@@ -40,6 +40,10 @@ def register(subparsers: Any) -> None:
     profile.add_argument("--warmup", type=int, default=3)
     profile.add_argument("--repeats", type=int, default=10)
     profile.add_argument("--threads", type=int, default=None, help="CPU threads for torch (CPU runs)")
+    profile.add_argument(
+        "--statistic", default="median", choices=["median", "min"],
+        help="how repeats are summarised (min: for noisy shared hosts)",
+    )
     profile.add_argument("--output", "-o", default=None, help="file to write (default: standard output)")
     profile.add_argument("--upload", default=None, metavar="URL", help="POST the profile to URL/v1/profiles")
     profile.add_argument(
@@ -172,6 +176,7 @@ def run_profile(args: argparse.Namespace) -> int:
             flash_attention=not args.no_flash_attention,
             warmup=args.warmup,
             repeats=args.repeats,
+            statistic=args.statistic,
         )
         measured = profile_model(model, settings)
         document = profile_document(measured)

@@ -3,7 +3,8 @@
 Method (one layer at a time, so a large model's layers need not fit together):
 - warm-up: ``warmup`` forward+backward passes (allocator, kernel selection, caches);
 - timing: ``repeats`` passes, each timing the forward and the backward separately; the profile
-  holds the median. On a GPU the times come from CUDA events around the work on the current
+  holds the median (or the minimum, ``statistic="min"``: on a shared, noisy host interference
+  only ever adds time, so the fastest pass is the best estimate of the undisturbed one). On a GPU the times come from CUDA events around the work on the current
   stream (no host overhead between kernels counted twice); on a CPU from ``time.perf_counter``.
   Backward starts from a random output gradient (the head from its loss), and parameter
   gradients accumulate as they do across micro-batches;
@@ -33,6 +34,7 @@ from solver.profile import LayerKind, LayerProfile, ModelProfile, Origin
 from solver.profile_io import ProfileDocument
 
 DTYPES = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}
+STATISTICS = {"median": statistics.median, "min": min}
 TOKEN_ID_DTYPE = torch.int64  # token ids and targets, 8 bytes each
 
 
@@ -49,6 +51,7 @@ class ProfileSettings:
     warmup: int = 3
     repeats: int = 10
     seed: int = 0
+    statistic: str = "median"  # or "min"
 
     def check(self, model: ModelSpec) -> None:
         for name in ("micro_batch_size", "tp_size", "repeats"):
@@ -68,6 +71,8 @@ class ProfileSettings:
                 f"{Precision(self.precision).value} layers cannot be built with plain PyTorch; profile in bf16 "
                 "and let derive_profile carry it to fp8 with the analytic ratios",
             )
+        if self.statistic not in STATISTICS:
+            raise SpecError("statistic", f"expected one of {', '.join(STATISTICS)}, got {self.statistic!r}")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise SpecError("device", "CUDA was asked for but torch.cuda.is_available() is False")
 
@@ -127,7 +132,7 @@ def _measure(
     settings: ProfileSettings,
     timer: _Timer,
 ) -> tuple[float, float]:
-    """Median forward and backward seconds of ``module`` after warm-up."""
+    """Forward and backward seconds of ``module`` after warm-up (``settings.statistic`` of the repeats)."""
     for _ in range(settings.warmup):
         backward(forward())
     forward_s, backward_s = [], []
@@ -137,7 +142,8 @@ def _measure(
         seconds, _ = timer(lambda: backward(output))
         backward_s.append(seconds)
         del output
-    return statistics.median(forward_s), statistics.median(backward_s)
+    reduce = STATISTICS[settings.statistic]
+    return reduce(forward_s), reduce(backward_s)
 
 
 def _parameters(module: torch.nn.Module) -> int:
@@ -214,7 +220,7 @@ def profile_model(model: ModelSpec, settings: ProfileSettings) -> ProfileDocumen
                 name=f"layer.{index}", kind=LayerKind.TRANSFORMER, forward_s=forward_s, backward_s=backward_s,
                 parameter_count=_parameters(block), activation_bytes=kept,
                 selective_activation_bytes=min(selective_kept, kept), checkpoint_bytes=_nbytes(x),
-                output_bytes=_nbytes(x), selective_recompute_s=statistics.median(core_s),
+                output_bytes=_nbytes(x), selective_recompute_s=STATISTICS[settings.statistic](core_s),
                 origin=Origin.MEASURED,
             )
         )
@@ -253,7 +259,7 @@ def profile_model(model: ModelSpec, settings: ProfileSettings) -> ProfileDocumen
     measurement = {
         "warmup": settings.warmup,
         "repeats": settings.repeats,
-        "statistic": "median",
+        "statistic": settings.statistic,
         "timer": "cuda_events" if device.type == "cuda" else "perf_counter",
         "torch_version": torch.__version__,
         "cpu_threads": torch.get_num_threads(),
