@@ -77,9 +77,8 @@ class PartitionProblem:
 
     @cached_property
     def identical_layers(self) -> bool:
-        rows = zip(self.layer_time_ns, self.layer_recompute_ns, self.layer_kept_kib, self.layer_checkpoint_kib, self.layer_state_kib)
-        first = next(rows, None)
-        return all(row == first for row in rows)
+        rows = (self.layer_time_ns, self.layer_recompute_ns, self.layer_kept_kib, self.layer_checkpoint_kib, self.layer_state_kib)
+        return all(not row or row.count(row[0]) == len(row) for row in rows)
 
 
 @dataclass(frozen=True)
@@ -120,6 +119,19 @@ def layer_rows(profile: ModelProfile, selective: bool) -> tuple[tuple[int, ...],
     )
 
 
+def state_bytes_per_parameter(parallel: ParallelConfig, training: TrainingSpec) -> float:
+    """Bytes of model state per parameter on one GPU (weights + gradients + optimizer states)."""
+    return sum(model_state_bytes(1.0, parallel.zero_stage, parallel.dp_size, training.optimizer).values())
+
+
+def allocatable_bytes(usable_bytes: float) -> float:
+    """What may be allocated when the reserve (runtime + fragmentation x allocated) must fit too:
+    allocated <= (usable - runtime) / (1 + fraction)."""
+    runtime = reserve_bytes(0.0)
+    fraction = (reserve_bytes(2.0**40) - runtime) / 2.0**40
+    return (usable_bytes - runtime) / (1.0 + fraction)
+
+
 def partition_problem(
     profile: ModelProfile,
     parallel: ParallelConfig,
@@ -138,14 +150,9 @@ def partition_problem(
     gpu = gpu_spec
     selective = parallel.recompute is Recompute.SELECTIVE
     embedding, head = profile.embedding, profile.head
-    # Bytes of model state per parameter on this GPU (weights + gradients + optimizer states).
-    state_per_param = sum(model_state_bytes(1.0, parallel.zero_stage, dp, training.optimizer).values())
+    state_per_param = state_bytes_per_parameter(parallel, training)
     in_flight = tuple(in_flight_micro_batches(stage, pp, v, num_micro_batches) for stage in range(pp))
-
-    # The reserve is runtime + fragmentation x allocated: allocated <= (usable - runtime) / (1 + fraction).
-    runtime = reserve_bytes(0.0)
-    fraction = (reserve_bytes(2.0**40) - runtime) / 2.0**40
-    allocatable = (usable_bytes - runtime) / (1.0 + fraction)
+    allocatable = allocatable_bytes(usable_bytes)
 
     times, recomputes, kept, checkpoints, params, working = rows or layer_rows(profile, selective)
     extras_all = [layer for layer in (embedding, head) if layer is not None]
@@ -185,7 +192,7 @@ def partition_problem(
         budget.append(int(math.floor((allocatable - fixed) / KIB_BYTES)) - state)
 
     first = params[0] if params else 0
-    if all(p == first for p in params):
+    if params.count(first) == len(params):
         state_kib = (_kib(state_per_param * first),) * len(params)
         accumulation_ns = _ns(accumulation_s(first))
         times = tuple(t + accumulation_ns for t in times)

@@ -30,7 +30,15 @@ from solver.errors import SpecError
 from solver.evaluate import evaluate
 from solver.execution import ParallelConfig, Recompute
 from solver.legality import uniform_partition
-from solver.partition import NS_PER_S, PartitionSolution, fixed_partition, partition_problem, solve
+from solver.partition import (
+    NS_PER_S,
+    PartitionSolution,
+    allocatable_bytes,
+    fixed_partition,
+    partition_problem,
+    solve,
+    state_bytes_per_parameter,
+)
 from solver.schedule import pipeline_comm_s
 from solver.result import Evaluation
 from solver.search_space import (
@@ -114,8 +122,13 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
     prof = run.profiles.profile(tp, mb, sp)
     rows = run.profiles.rows(tp, mb, sp, shape.base_recompute is Recompute.SELECTIVE)
     uniform = shape.uniform()
+    usable = _usable_bytes(request)
+    # Model states alone, spread perfectly over the stages, already too much: nothing fits.
+    state_floor = state_bytes_per_parameter(uniform, training) * run.profiles.parameter_count(tp) / shape.pp_size
+    if state_floor > allocatable_bytes(usable):
+        return []
     m = training.global_batch_size // (shape.dp_size * mb)
-    problem = partition_problem(prof, uniform, training, m, _usable_bytes(request), shape.full_recompute, request.cluster.gpu, rows)
+    problem = partition_problem(prof, uniform, training, m, usable, shape.full_recompute, request.cluster.gpu, rows)
     solutions: list[PartitionSolution] = []
     even = uniform_partition(request.model.num_layers, uniform.num_chunks)
     fixed = fixed_partition(problem, even)

@@ -55,8 +55,15 @@ def closest_miss(run) -> dict | None:
     c = request.constraints
     usable = request.cluster.gpu.memory_bytes * c.max_memory_fraction
     best = None
-    seen = set()
+    # Memory grows with the micro-batch: per group of otherwise equal shapes, the smallest one.
+    smallest: dict[tuple, object] = {}
     for shape in run.legal:
+        key = (shape.num_gpus, shape.tp_size, shape.pp_size, shape.zero_stage, shape.base_recompute,
+               shape.full_recompute, shape.virtual_stages, shape.sequence_parallel)
+        if key not in smallest or shape.micro_batch_size < smallest[key].micro_batch_size:
+            smallest[key] = shape
+    seen = set()
+    for shape in smallest.values():
         parallel = _least_memory_config(shape)
         if parallel in seen:
             continue
@@ -157,7 +164,7 @@ def explain(run) -> dict:
         explanation["summary"] = f"No GPU count meets deadline_s {request.deadline_s:g} s"
     else:
         explanation["summary"] = f"No legal configuration: {RULE_TEXT.get(rule, rule)} ({count} rejected)"
-    stop = time.perf_counter() + SUGGESTION_BUDGET_S
+    stop = min(time.perf_counter() + SUGGESTION_BUDGET_S, run.deadline)  # within the request's time budget
     for what, changed in _changes(run, miss):
         remaining = stop - time.perf_counter()
         if remaining <= 0:

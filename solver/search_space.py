@@ -181,6 +181,7 @@ class Profiles:
         self._rows: dict[tuple, tuple] = {}
         self._selective_noop: dict[tuple, bool] = {}
         self._message: dict[tuple, int] = {}
+        self._parameters: dict[int, int] = {}
 
     def profile(self, tp: int, mb: int, sp: bool) -> ModelProfile:
         key = (tp, mb, sp)
@@ -205,6 +206,12 @@ class Profiles:
                 layer.selective_activation_bytes == layer.activation_bytes for layer in self.profile(tp, mb, sp).layers
             )
         return self._selective_noop[key]
+
+    def parameter_count(self, tp: int) -> int:
+        """Parameters of one tensor-parallel rank's share of the whole model."""
+        if tp not in self._parameters:
+            self._parameters[tp] = sum(layer.parameter_count for layer in self.profile(tp, 1, False).layers)
+        return self._parameters[tp]
 
     def message_bytes(self, tp: int, mb: int, sp: bool) -> int:
         """The pipeline's point-to-point message: one transformer layer's output."""
