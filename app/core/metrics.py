@@ -45,6 +45,11 @@ class Metrics:
             "Plan requests running or queued in the solver pool.",
             registry=self.registry,
         )
+        self.plan_insert_races = Counter(
+            "partitura_plan_insert_races",
+            "Searches whose plan an identical concurrent request had already stored (unique key hit).",
+            registry=self.registry,
+        )
         self.solver_rejections = Counter(
             "partitura_solver_rejections",
             "Plan requests answered 503 because the solver pool was saturated.",

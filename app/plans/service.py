@@ -200,6 +200,7 @@ def create_plan(
         stored = repository.get_by_hash(session, digest)
         if stored is None:
             raise
+        metrics.plan_insert_races.inc()
         return PlanOutcome(plan_document(stored), created=False)
     metrics.plans_created.labels(status=plan.status).inc()
     return PlanOutcome(plan_document(plan), created=True)
