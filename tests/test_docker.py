@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 
 from conftest import free_port
 
