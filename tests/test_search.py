@@ -336,3 +336,30 @@ def test_recompute_pinned_to_full_labels_every_plan_full():
     assert len(result.candidates) == 5
     for candidate in result.candidates:
         assert recompute_values(candidate.parallel) == {"full"}
+
+
+def test_lower_bounds_never_exceed_the_evaluator():
+    """Pruning is only exact if every bound is below what the evaluator predicts."""
+    from solver.search_space import SearchRun, count_step_lower_bound_s, is_legal, shapes, step_lower_bound_s
+    from solver.search_types import SearchStats
+
+    model = catalog.get_model("gpt3-13b")
+    cluster = catalog.cluster_spec_from_dict({**catalog.get_entry("nodes", "dgx-a100-80gb"), "num_nodes": 4})
+    for flash in (True, False):
+        training = TrainingSpec(64, 2048, flash_attention=flash)
+        request = SearchRequest(model, cluster, training, num_gpus=32)
+        run = SearchRun(request, SearchStats(), float("inf"))
+        count_bound = count_step_lower_bound_s(run, 32)
+        checked = 0
+        for shape in shapes(run, 32):
+            if not is_legal(run, shape) or shape.micro_batch_size > 4:
+                continue
+            parallel = shape.uniform()
+            if shape.full_recompute:
+                parallel = replace(parallel, recompute=Recompute.FULL)
+            ev = evaluate(model, cluster, training, parallel, 32)
+            step = ev.prediction.step_time_s
+            assert step_lower_bound_s(run, shape) <= step * (1 + 1e-12), shape
+            assert count_bound <= step * (1 + 1e-12), shape
+            checked += 1
+        assert checked > 100
