@@ -78,3 +78,50 @@ def test_well_typed_bodies_reach_the_solver_and_get_200_or_422(api, body):
     assert response.status_code in (200, 422), (body, response.text)
     if response.status_code == 422:
         assert all(e["field"].startswith("body") for e in response.json()["errors"])
+
+
+rule = st.one_of(
+    st.integers(min_value=-1, max_value=16), st.lists(st.integers(min_value=0, max_value=16), max_size=3),
+    st.fixed_dictionaries({}, optional={"min": st.integers(-1, 16), "max": st.integers(-1, 16)}),
+    st.sampled_from(["8", True, None, 2.5]),
+)
+plan_bodies = st.fixed_dictionaries(
+    {
+        "model": st.sampled_from(["gpt3-350m", "gpt3-1.3b", "bert-large", "gpt3-175b"]),
+        "cluster": st.sampled_from(["dgx-a100-80gb-x1", "dgx1-v100-x1"]),
+        "training": st.fixed_dictionaries(
+            {"global_batch_size": st.sampled_from([1, 8, 96, 512]), "seq_length": st.sampled_from([512, 2048])},
+            optional={"train_tokens": st.sampled_from([1e9, 3e11])},
+        ),
+        "time_budget_s": st.just(2.0),
+    },
+    optional={
+        "objective": st.sampled_from(["max_throughput", "min_time_to_train", "min_cost", "min_gpus", "best"]),
+        "constraints": st.fixed_dictionaries(
+            {},
+            optional={
+                "tp_size": rule, "pp_size": rule, "dp_size": rule, "zero_stage": rule, "micro_batch_size": rule,
+                "virtual_stages": rule, "num_gpus": rule,
+                "recompute": st.sampled_from(["none", ["selective", "full"], "all", []]),
+                "sequence_parallel": st.sampled_from([True, [False], "no"]),
+                "max_memory_fraction": st.sampled_from([0.5, 1.0, 0, 2]),
+                "framework": st.sampled_from(["megatron", "deepspeed", "fsdp", "any", "jax"]),
+            },
+        ),
+        "top_k": st.integers(min_value=0, max_value=4),
+        "deadline_s": st.sampled_from([86400.0, -1.0]),
+        "num_gpus": st.sampled_from([1, 4, 8, 9]),
+    },
+)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=plan_bodies)
+def test_random_plan_bodies_get_201_200_or_422(api, body):
+    response = api.post("/v1/plans", json=body)
+    assert response.status_code in (200, 201, 422), (body, response.text)
+    if response.status_code == 422:
+        assert all(e["field"].startswith("body") and e["reason"] for e in response.json()["errors"])
+    else:
+        assert response.json()["status"] in ("succeeded", "infeasible")
