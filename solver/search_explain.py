@@ -26,6 +26,8 @@ RULE_TEXT = {
     "[batch_divisible]": "the global batch does not divide over dp_size x micro_batch_size",
     "[pp_at_most_layers]": "more pipeline stages than layers",
     "[interleave_micro_batches]": "interleaving needs micro-batches in multiples of pp_size",
+    "[interleave_needs_pp]": "interleaving needs pipeline parallelism (pp_size > 1)",
+    "[interleave_layers_divisible]": "interleaving needs num_layers divisible by pp_size x virtual_stages",
 }
 SUGGESTION_BUDGET_S = 20.0  # all suggestion checks together
 

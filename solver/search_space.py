@@ -123,8 +123,16 @@ def shapes(run: SearchRun, num_gpus: int):
             zero_stages = [z for z in range(4) if admits("zero_stage", z)]
             if dp == 1 and len(zero_stages) > 1:
                 zero_stages = zero_stages[:1]  # nothing to shard over: every stage is the same plan
-            virtual = [v for v in range(1, model.num_layers // pp + 1)
-                       if admits("virtual_stages", v) and (v == 1 or (pp > 1 and model.num_layers % (pp * v) == 0))]
+            virtual = []
+            for v in range(1, model.num_layers // pp + 1):
+                if not admits("virtual_stages", v):
+                    continue
+                if v > 1 and pp == 1:
+                    run.reject("[interleave_needs_pp]")
+                elif v > 1 and model.num_layers % (pp * v):
+                    run.reject("[interleave_layers_divisible]")
+                else:
+                    virtual.append(v)
             seq_par = [s for s in (False, True) if admits("sequence_parallel", s) and (tp > 1 or not s)]
             for mb, zero, (base, full), v, sp in itertools.product(
                 micro_batches, zero_stages, _recompute_options(request), virtual, seq_par

@@ -363,3 +363,36 @@ def test_lower_bounds_never_exceed_the_evaluator():
             assert count_bound <= step * (1 + 1e-12), shape
             checked += 1
         assert checked > 100
+
+
+def test_random_requests_return_validated_plans_or_explanations():
+    """Random catalog models, nodes, batches and constraints: every answer is a validated plan
+    list or an explanation; the only exception is a SpecError naming a field."""
+    import random
+
+    rng = random.Random(42)
+    models = [catalog.get_model(n) for n in ("gpt3-1.3b", "llama2-7b", "bert-large", "gpt3-13b")]
+    nodes = ["dgx-a100-80gb", "dgx-a100-40gb", "dgx-h100", "dgx1-v100"]
+    choices = {
+        "tp_size": [1, 2, [2, 4], {"min": 2}], "pp_size": [1, 2, {"max": 4}], "zero_stage": [0, 1, [2, 3]],
+        "recompute": ["none", "full", ["selective", "full"]], "micro_batch_size": [1, {"max": 4}],
+        "virtual_stages": [1, 2], "sequence_parallel": [True, False],
+        "framework": ["megatron", "deepspeed", "fsdp", "any"], "max_memory_fraction": [0.5, 0.9],
+    }
+    for _ in range(25):
+        node = rng.choice(nodes)
+        cluster = catalog.cluster_spec_from_dict({**catalog.get_entry("nodes", node), "num_nodes": rng.choice([1, 2, 4])})
+        training = TrainingSpec(rng.choice([8, 32, 96, 256]), rng.choice([512, 2048]), precision="fp16",
+                                train_tokens=1e10, flash_attention=rng.random() < 0.5)
+        raw = {dim: rng.choice(values) for dim, values in choices.items() if rng.random() < 0.2}
+        objective = rng.choice(list(Objective))
+        request = SearchRequest(
+            rng.choice(models), cluster, training, objective=objective, constraints=Constraints.parse(raw), top_k=3,
+            num_gpus=None if objective is Objective.MIN_GPUS else cluster.num_gpus,
+            deadline_s=1e6 if objective is Objective.MIN_GPUS else None, gpu_hour_price_usd=2.0,
+        )
+        result = search(request)
+        assert result.candidates or result.explanation["summary"]
+        for candidate in result.candidates:
+            assert validate(request, candidate.parallel, candidate.evaluation, candidate.parallel.num_gpus).ok
+        result.to_dict()
