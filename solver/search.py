@@ -150,8 +150,9 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
     # The schedule runs m + (p - 1)/v slots of the slowest stage; p2p and the DP tail come on top.
     slots = m + (shape.pp_size - 1) / shape.virtual_stages
     comm_s = pipeline_comm_s(request.cluster, uniform, m, run.profiles.message_bytes(tp, mb, sp))
-    # Each layer's time was rounded up to whole ns: allow that much below the bound.
-    slack_ns = request.model.num_layers + 2
+    # Each layer's time, recompute and gradient accumulation were rounded up to whole ns (and
+    # the extras once): allow that much below the bound.
+    slack_ns = 3 * request.model.num_layers + 2
     return [
         (_to_parallel(shape, s, even, none_admitted), slots * max(0, s.stage_time_ns - slack_ns) / NS_PER_S + comm_s)
         for s in solutions
