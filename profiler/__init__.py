@@ -4,8 +4,9 @@
 a ``ModelSpec``; ``profiler.measure`` times forward and backward of each and counts the bytes
 autograd keeps, producing a ``partitura-profile/1`` document (``solver.profile_io``);
 ``profiler.calibrate`` measures GEMM efficiency and memory bandwidth for a catalog override;
-``profiler.cli`` adds ``partitura profile`` and ``partitura calibrate``.
+``profiler.pipedream`` imports PipeDream's profiler output; ``profiler.compare`` sets a profile
+beside the analytic model; ``profiler.cli`` adds the ``partitura`` sub-commands.
 
 PyTorch is an optional extra (``pip install .[profile]``): importing this package does not import
-torch; the submodules that need it do.
+torch; only ``layers``, ``measure`` and ``calibrate`` need it.
 """

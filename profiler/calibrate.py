@@ -21,6 +21,7 @@ was measured, and the raw measurements under ``measured``.
 from __future__ import annotations
 
 import datetime
+import functools
 import math
 import statistics
 import time
@@ -98,8 +99,7 @@ def gemm_sweep(device: torch.device, precision: Precision, warmup: int, repeats:
     for m, n, k in shapes:
         a = torch.randn(m, k, generator=generator).to(device=device, dtype=dtype)
         b = torch.randn(k, n, generator=generator).to(device=device, dtype=dtype)
-        samples.append(GemmSample(m, n, k, _time(lambda: torch.matmul(a, b), device, warmup, repeats)))
-        del a, b
+        samples.append(GemmSample(m, n, k, _time(functools.partial(torch.matmul, a, b), device, warmup, repeats)))
     return samples
 
 

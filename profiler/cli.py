@@ -230,7 +230,8 @@ def _upload_and_report(document: dict, url: str | None) -> int:
 
 def run_import_pipedream(args: argparse.Namespace) -> int:
     """Handler of ``partitura import-pipedream``; returns the exit status (no torch needed)."""
-    from solver.profile_io import import_pipedream, profile_document
+    from profiler.pipedream import import_pipedream
+    from solver.profile_io import profile_document
 
     try:
         try:

@@ -43,7 +43,7 @@ def compare_to_analytic(document: ProfileDocument, cluster: ClusterSpec) -> list
         document.model, cluster, training, profile.tp_size, profile.micro_batch_size, document.sequence_parallel
     )
     rows = []
-    for mine, theirs in zip(profile.layers, analytic.layers):
+    for mine, theirs in zip(profile.layers, analytic.layers, strict=True):
         rows.append(
             LayerComparison(
                 name=mine.name,

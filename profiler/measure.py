@@ -18,6 +18,7 @@ Method (one layer at a time, so a large model's layers need not fit together):
 
 from __future__ import annotations
 
+import functools
 import platform
 import statistics
 import time
@@ -126,22 +127,20 @@ def _nbytes(tensor: torch.Tensor) -> int:
 
 
 def _measure(
-    module: torch.nn.Module,
     forward: Callable[[], torch.Tensor],
     backward: Callable[[torch.Tensor], None],
     settings: ProfileSettings,
     timer: _Timer,
 ) -> tuple[float, float]:
-    """Forward and backward seconds of ``module`` after warm-up (``settings.statistic`` of the repeats)."""
+    """Forward and backward seconds after warm-up (``settings.statistic`` of the repeats)."""
     for _ in range(settings.warmup):
         backward(forward())
     forward_s, backward_s = [], []
     for _ in range(settings.repeats):
         seconds, output = timer(forward)
         forward_s.append(seconds)
-        seconds, _ = timer(lambda: backward(output))
+        seconds, _ = timer(functools.partial(backward, output))
         backward_s.append(seconds)
-        del output
     reduce = STATISTICS[settings.statistic]
     return reduce(forward_s), reduce(backward_s)
 
@@ -150,106 +149,119 @@ def _parameters(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
+@dataclass(frozen=True)
+class _Inputs:
+    """Random inputs of one micro-batch on the measured device, from a seeded generator."""
+
+    device: torch.device
+    dtype: torch.dtype
+    batch: int
+    seq: int
+    generator: torch.Generator
+
+    def hidden(self, width: int, requires_grad: bool = False) -> torch.Tensor:
+        values = torch.randn(self.batch, self.seq, width, generator=self.generator)
+        return values.to(device=self.device, dtype=self.dtype).requires_grad_(requires_grad)
+
+    def token_ids(self, vocab: int) -> torch.Tensor:
+        ids = torch.randint(0, vocab, (self.batch, self.seq), generator=self.generator, dtype=TOKEN_ID_DTYPE)
+        return ids.to(self.device)
+
+
+def _embedding_profile(model: ModelSpec, shard: ShardShape, inputs: _Inputs, settings: ProfileSettings, timer: _Timer) -> LayerProfile:
+    """Token ids in, hidden states out; backward from a random output gradient."""
+    embedding = EmbeddingLayer(model, shard).to(device=inputs.device, dtype=inputs.dtype)
+    ids = inputs.token_ids(shard.vocab_size)
+    grad = inputs.hidden(shard.hidden_size)
+    forward_s, backward_s = _measure(lambda: embedding(ids), lambda out: out.backward(grad), settings, timer)
+    kept = _kept_bytes(lambda: embedding(ids), embedding)
+    return LayerProfile(
+        name="embedding", kind=LayerKind.EMBEDDING, forward_s=forward_s, backward_s=backward_s,
+        parameter_count=_parameters(embedding), activation_bytes=kept, selective_activation_bytes=kept,
+        checkpoint_bytes=_nbytes(ids), output_bytes=_nbytes(grad), origin=Origin.MEASURED,
+    )
+
+
+def _block_profile(
+    index: int, model: ModelSpec, shard: ShardShape, inputs: _Inputs, settings: ProfileSettings, timer: _Timer
+) -> LayerProfile:
+    """One transformer block: times, kept bytes with and without selective recompute, core time."""
+    block = TransformerBlock(model, shard, inputs.seq, settings.flash_attention).to(device=inputs.device, dtype=inputs.dtype)
+    x = inputs.hidden(shard.hidden_size, requires_grad=True)
+    grad = inputs.hidden(shard.hidden_size)
+
+    def backward(out: torch.Tensor) -> None:
+        out.backward(grad)
+        x.grad = None
+
+    forward_s, backward_s = _measure(lambda: block(x), backward, settings, timer)
+    kept = _kept_bytes(lambda: block(x), block)
+    block.selective = True
+    selective_kept = _kept_bytes(lambda: block(x), block)
+    block.selective = False
+    with torch.no_grad():
+        q, k, v = block.qkv_heads(x)
+    q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+    core_s = []
+    for repeat in range(settings.warmup + settings.repeats):
+        seconds, _ = timer(lambda: block.core(q, k, v))
+        if repeat >= settings.warmup:
+            core_s.append(seconds)
+    return LayerProfile(
+        name=f"layer.{index}", kind=LayerKind.TRANSFORMER, forward_s=forward_s, backward_s=backward_s,
+        parameter_count=_parameters(block), activation_bytes=kept,
+        selective_activation_bytes=min(selective_kept, kept), checkpoint_bytes=_nbytes(x),
+        output_bytes=_nbytes(x), selective_recompute_s=STATISTICS[settings.statistic](core_s),
+        origin=Origin.MEASURED,
+    )
+
+
+def _head_profile(model: ModelSpec, shard: ShardShape, inputs: _Inputs, settings: ProfileSettings, timer: _Timer) -> LayerProfile:
+    """Final norm, logits and loss; backward from the loss."""
+    head = HeadLayer(model, shard).to(device=inputs.device, dtype=inputs.dtype)
+    x = inputs.hidden(shard.hidden_size, requires_grad=True)
+    targets = inputs.token_ids(shard.vocab_size)
+
+    def backward(loss: torch.Tensor) -> None:
+        loss.backward()
+        x.grad = None
+
+    forward_s, backward_s = _measure(lambda: head(x, targets), backward, settings, timer)
+    kept = _kept_bytes(lambda: head(x, targets), head)
+    return LayerProfile(
+        name="head", kind=LayerKind.HEAD, forward_s=forward_s, backward_s=backward_s,
+        parameter_count=_parameters(head), activation_bytes=kept, selective_activation_bytes=kept,
+        checkpoint_bytes=_nbytes(x), output_bytes=0,  # the loss goes to no further layer
+        origin=Origin.MEASURED,
+    )
+
+
 def profile_model(model: ModelSpec, settings: ProfileSettings) -> ProfileDocument:
     """Measure every layer of ``model`` at ``settings``; returns a ``partitura-profile/1`` document.
 
     Times in seconds per micro-batch on one GPU of the TP group (no TP communication), bytes per
-    micro-batch; see the module docstring for the method.
+    micro-batch; see the module docstring for the method. One layer lives at a time.
     """
     settings.check(model)
     precision = Precision(settings.precision)
-    dtype = DTYPES[precision]
     device = torch.device(settings.device)
     seq = settings.seq_length if settings.seq_length is not None else model.seq_length
-    batch = settings.micro_batch_size
     shard = ShardShape.of(model, settings.tp_size)
-    generator = torch.Generator(device="cpu").manual_seed(settings.seed)
     torch.manual_seed(settings.seed)
+    inputs = _Inputs(
+        device, DTYPES[precision], settings.micro_batch_size, seq, torch.Generator(device="cpu").manual_seed(settings.seed)
+    )
     timer = _Timer(device)
-
-    def random(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=generator).to(device=device, dtype=dtype)
-
-    def token_ids(vocab: int) -> torch.Tensor:
-        return torch.randint(0, vocab, (batch, seq), generator=generator, dtype=TOKEN_ID_DTYPE).to(device)
-
-    hidden_shape = (batch, seq, shard.hidden_size)
-    layers: list[LayerProfile] = []
-
-    # Embedding: token ids in, hidden states out.
-    embedding = EmbeddingLayer(model, shard).to(device=device, dtype=dtype)
-    ids = token_ids(shard.vocab_size)
-    grad = random(*hidden_shape)
-    forward_s, backward_s = _measure(
-        embedding, lambda: embedding(ids), lambda out: out.backward(grad), settings, timer
-    )
-    kept = _kept_bytes(lambda: embedding(ids), embedding)
-    layers.append(
-        LayerProfile(
-            name="embedding", kind=LayerKind.EMBEDDING, forward_s=forward_s, backward_s=backward_s,
-            parameter_count=_parameters(embedding), activation_bytes=kept, selective_activation_bytes=kept,
-            checkpoint_bytes=_nbytes(ids), output_bytes=_nbytes(grad), origin=Origin.MEASURED,
-        )
-    )
-    del embedding
-
+    layers = [_embedding_profile(model, shard, inputs, settings, timer)]
     for index in range(model.num_layers):
-        block = TransformerBlock(model, shard, seq, settings.flash_attention).to(device=device, dtype=dtype)
-        x = random(*hidden_shape).requires_grad_(True)
-        grad = random(*hidden_shape)
-
-        def block_backward(out: torch.Tensor) -> None:
-            out.backward(grad)
-            x.grad = None
-
-        forward_s, backward_s = _measure(block, lambda: block(x), block_backward, settings, timer)
-        kept = _kept_bytes(lambda: block(x), block)
-        block.selective = True
-        selective_kept = _kept_bytes(lambda: block(x), block)
-        block.selective = False
-        with torch.no_grad():
-            q, k, v = block.qkv_heads(x)
-        q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
-        core_s = []
-        for repeat in range(settings.warmup + settings.repeats):
-            seconds, _ = timer(lambda: block.core(q, k, v))
-            if repeat >= settings.warmup:
-                core_s.append(seconds)
-        layers.append(
-            LayerProfile(
-                name=f"layer.{index}", kind=LayerKind.TRANSFORMER, forward_s=forward_s, backward_s=backward_s,
-                parameter_count=_parameters(block), activation_bytes=kept,
-                selective_activation_bytes=min(selective_kept, kept), checkpoint_bytes=_nbytes(x),
-                output_bytes=_nbytes(x), selective_recompute_s=STATISTICS[settings.statistic](core_s),
-                origin=Origin.MEASURED,
-            )
-        )
-        del block, x, q, k, v
+        layers.append(_block_profile(index, model, shard, inputs, settings, timer))
         if device.type == "cuda":
             torch.cuda.empty_cache()
-
-    head = HeadLayer(model, shard).to(device=device, dtype=dtype)
-    x = random(*hidden_shape).requires_grad_(True)
-    targets = token_ids(shard.vocab_size)
-
-    def head_backward(loss: torch.Tensor) -> None:
-        loss.backward()
-        x.grad = None
-
-    forward_s, backward_s = _measure(head, lambda: head(x, targets), head_backward, settings, timer)
-    kept = _kept_bytes(lambda: head(x, targets), head)
-    layers.append(
-        LayerProfile(
-            name="head", kind=LayerKind.HEAD, forward_s=forward_s, backward_s=backward_s,
-            parameter_count=_parameters(head), activation_bytes=kept, selective_activation_bytes=kept,
-            checkpoint_bytes=_nbytes(x), output_bytes=0,  # the loss goes to no further layer
-            origin=Origin.MEASURED,
-        )
-    )
+    layers.append(_head_profile(model, shard, inputs, settings, timer))
     profile = ModelProfile(
         model_name=model.name,
         tp_size=settings.tp_size,
-        micro_batch_size=batch,
+        micro_batch_size=settings.micro_batch_size,
         seq_length=seq,
         precision=precision,
         layers=tuple(layers),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
@@ -11,12 +10,11 @@ from solver.errors import SpecError
 from solver.execution import Precision
 from solver.model import ModelSpec
 from solver.profile import LayerKind, LayerProfile, ModelProfile, Origin
+from profiler.pipedream import import_pipedream, parse_pipedream_graph
 from solver.profile_io import (
     FORMAT,
     ProfileDocument,
     derive_profile,
-    import_pipedream,
-    parse_pipedream_graph,
     parse_profile_document,
     profile_document,
 )

@@ -106,11 +106,11 @@ def test_backward_is_slower_than_forward_for_transformer_layers(timing_run):
 def test_two_runs_agree(gpt_fastest_runs):
     first, second = (doc.profile.layers for doc in gpt_fastest_runs)
     assert gpt_fastest_runs[0].measurement["statistic"] == "min"
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=True):
         assert (a.activation_bytes, a.selective_activation_bytes, a.parameter_count, a.output_bytes) == (
             b.activation_bytes, b.selective_activation_bytes, b.parameter_count, b.output_bytes
         )
-    for a, b in zip(first[1:3], second[1:3]):
+    for a, b in zip(first[1:3], second[1:3], strict=True):
         # Wall-clock times on a shared CPU: same within a factor of 2 (catches unit or method slips).
         assert 0.5 < (a.forward_s + a.backward_s) / (b.forward_s + b.backward_s) < 2.0
 
