@@ -107,6 +107,43 @@ def recompute_gain() -> None:
     print(f"  gain over uniform full recompute (the only uniform setting that fits): {gain:+.1%}")
 
 
+def partition_solvers() -> None:
+    """The partition of the Megatron 1T model (128 layers) over 64 stages (tp 8, dp 6, 3072
+    GPUs, micro-batch 1) by each exact solver, from the analytic profile (identical layers) and
+    from one with +/-2% per-layer noise (as a measured profile would have)."""
+    import random
+
+    from solver.execution import ParallelConfig, ZeroStage
+    from solver.partition import partition_problem, solve_fast
+    from solver.search_chain import solve_chain
+    from solver.search_cpsat import solve_cpsat
+
+    model = catalog.get_model("megatron-1t")
+    nodes = cluster("dgx-a100-80gb", 3072)
+    training = TrainingSpec(3072, 2048)
+    parallel = ParallelConfig(6, 8, 64, ZeroStage.OS, 1, Recompute.NONE)
+    profile = analytic_profile(model, nodes, training, 8, 1, False)
+    rng = random.Random(0)
+    noisy = profile.with_layers(tuple(
+        replace(layer, forward_s=layer.forward_s * rng.uniform(0.98, 1.02), backward_s=layer.backward_s * rng.uniform(0.98, 1.02))
+        if layer.kind.value == "transformer" else layer
+        for layer in profile.layers
+    ))
+    m = training.global_batch_size // (parallel.dp_size * parallel.micro_batch_size)
+    print("\nPartition solvers, Megatron 1T, 128 layers x 64 stages (one call each)")
+    for label, prof in (("identical layers", profile), ("+/-2% per layer", noisy)):
+        problem = partition_problem(prof, parallel, training, m, nodes.gpu.memory_bytes, True, nodes.gpu)
+        solvers = [("chain DP", solve_chain), ("CP-SAT prefix/element", lambda p: solve_cpsat(p, linear=False))]
+        if problem.identical_layers:
+            solvers = [("fast path", solve_fast), ("CP-SAT linear", lambda p: solve_cpsat(p, linear=True))] + solvers
+        for name, solver in solvers:
+            started = time.perf_counter()
+            solution = solver(problem)
+            took = time.perf_counter() - started
+            result = f"bottleneck {solution.stage_time_ns / 1e6:.3f} ms, {solution.status}" if solution else "no fit"
+            print(f"  {label:17} {name:22} {took:7.3f} s  {result}")
+
+
 def main() -> int:
     ok = True
     print(f"{'case':14} {'median s':>9} {'target':>7} {'enum':>6} {'pruned':>6} {'eval':>5} {'cpsat':>5} optimal  best plan")
@@ -124,6 +161,7 @@ def main() -> int:
     ok &= rss_gib < RSS_TARGET_GIB
     print(f"peak RSS {rss_gib:.3f} GiB (target < {RSS_TARGET_GIB} GiB)")
     recompute_gain()
+    partition_solvers()
     return 0 if ok else 1
 
 
