@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from solver.errors import SpecError
 from solver.evaluate import evaluate
-from solver.execution import Recompute, TrainingSpec
+from solver.execution import Framework, Recompute, TrainingSpec
 from solver.memory import GIB_BYTES
 from solver.search_types import Constraints, Objective, parallel_to_dict
 
@@ -114,10 +114,10 @@ def _changes(run, miss: dict | None):
     for dimension in ("recompute", "zero_stage", "micro_batch_size", "tp_size", "pp_size", "dp_size", "virtual_stages", "sequence_parallel"):
         if dimension in c.allowed:
             out.append((f"lift the {dimension} constraint", replace(request, constraints=_relaxed(c, dimension))))
+    if c.framework is not Framework.ANY:
+        out.append((f"a framework other than {c.framework.value} (any)", replace(request, constraints=replace(c, framework=Framework.ANY))))
     if c.max_memory_fraction < 1.0:
         out.append(("use all of the GPU's memory (max_memory_fraction 1.0)", replace(request, constraints=replace(c, max_memory_fraction=1.0))))
-    if not c.allow_tp_across_nodes:
-        pass  # tensor parallelism across nodes is never a memory fix worth suggesting before others
     current = request.num_gpus or cluster.num_gpus
     if "num_gpus" in c.allowed:
         out.append(("lift the num_gpus constraint", replace(request, constraints=_relaxed(c, "num_gpus"))))
