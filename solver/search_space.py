@@ -21,7 +21,9 @@ from solver.result import Evaluation
 from solver.schedule import pipeline_comm_s
 from solver.search_types import Objective, SearchRequest, SearchStats
 
-MICRO_BATCH_CHOICES_MAX = 256  # micro-batches larger than this never pay off and blow up memory
+# A search-space cap: at 256 sequences per micro-batch every GEMM already fills the GPU in
+# solver.compute's wave/k-efficiency model, so larger micro-batches only add activation memory.
+MICRO_BATCH_CHOICES_MAX = 256
 
 
 @dataclass(frozen=True, order=True)
