@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,27 @@ def close_names(name: str, names: list[str]) -> list[str]:
     return difflib.get_close_matches(str(name).lower(), names, n=3, cutoff=0.5)
 
 
+OVERRIDES_ENV = "PARTITURA_CATALOG_OVERRIDES"
+
+
+def merge_gpu_overrides(gpus: dict[str, dict[str, Any]], overrides: dict[str, Any], origin: str) -> None:
+    """Merge a calibration override document (``partitura calibrate`` output, keys as in
+    gpus.json) into ``gpus``: fields of a known GPU are replaced and their sources kept beside
+    the old ones; an unknown name must be a complete entry. Raises SpecError naming the field."""
+    entries = overrides.get("gpus")
+    if not isinstance(entries, list):
+        raise SpecError(f"{origin}.gpus", "must be a list of GPU entries")
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise SpecError(f"{origin}.gpus[{index}].name", "is required")
+        merged = copy.deepcopy(gpus.get(entry["name"], {}))
+        sources = {**merged.get("sources", {}), **entry.get("sources", {})}
+        merged.update(entry)
+        merged["sources"] = sources
+        gpu_spec_from_dict(merged, field=f"{origin}.gpus[{index}]")  # validate before use
+        gpus[entry["name"]] = merged
+
+
 @lru_cache(maxsize=1)
 def _load() -> dict[str, dict[str, dict[str, Any]]]:
     def read(file: str, key: str) -> dict[str, dict[str, Any]]:
@@ -48,6 +70,9 @@ def _load() -> dict[str, dict[str, dict[str, Any]]]:
         return {entry["name"]: entry for entry in entries}
 
     gpus = read("gpus.json", "gpus")
+    # Calibration overrides, read once per process: PARTITURA_CATALOG_OVERRIDES=file[:file...].
+    for path in filter(None, os.environ.get(OVERRIDES_ENV, "").split(os.pathsep)):
+        merge_gpu_overrides(gpus, json.loads(Path(path).read_text()), origin=Path(path).name)
     nodes = read("nodes.json", "nodes")
     models = read("models.json", "models")
     clusters = {}

@@ -51,22 +51,21 @@ def stage_chunks(model: ModelSpec, parallel: ParallelConfig) -> list[list[tuple[
 def resolve_profile(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig, profile: ModelProfile | None
 ) -> ModelProfile:
-    """The profile to cost this configuration with: the analytic one, the given measured one when
-    it was measured at this tp_size / micro-batch / sequence length, or the measured one scaled to
-    them by the analytic model's ratios (``solver.profile_io.derive_profile``)."""
+    """The profile to cost this configuration with: the analytic one, or the given measured one
+    carried to this tp_size / micro-batch / sequence length by the analytic model's ratios
+    (``solver.profile_io.derive_profile``). At the measured configuration the ratios are 1, and
+    what one GPU cannot measure (TP communication, model FLOPs) comes from the analytic model."""
     target = analytic_profile(model, cluster, training, parallel.tp_size, parallel.micro_batch_size, parallel.sequence_parallel)
     if profile is None:
         return target
-    if (profile.tp_size, profile.micro_batch_size, profile.seq_length) == (
-        parallel.tp_size, parallel.micro_batch_size, training.seq_length
-    ):
-        return profile
     from solver.profile_io import derive_profile
 
+    as_measured = TrainingSpec(
+        training.global_batch_size, profile.seq_length, training.precision, training.optimizer,
+        training.train_tokens, profile.flash_attention,
+    )
     measured_at = analytic_profile(
-        model, cluster, TrainingSpec(training.global_batch_size, profile.seq_length, training.precision,
-                                     training.optimizer, training.train_tokens, training.flash_attention),
-        profile.tp_size, profile.micro_batch_size, parallel.sequence_parallel,
+        model, cluster, as_measured, profile.tp_size, profile.micro_batch_size, profile.sequence_parallel
     )
     return derive_profile(profile, measured_at, target)
 

@@ -80,6 +80,8 @@ class ModelProfile:
     precision: Precision
     layers: tuple[LayerProfile, ...]
     device: str = ""
+    sequence_parallel: bool = False  # how it was measured (the analytic reference must match)
+    flash_attention: bool = True
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property

@@ -323,6 +323,8 @@ def parse_profile_document(raw: Any) -> ProfileDocument:
         previous = layers[-1].output_bytes if layers else None
         layers.append(_layer_from_dict(index, layer_raw, previous))
     _check_layer_order(layers, model)
+    sequence_parallel = _boolean("sequence_parallel", raw.get("sequence_parallel", False))
+    flash_attention = _boolean("flash_attention", raw.get("flash_attention", True))
     profile = ModelProfile(
         model_name=model.name,
         tp_size=tp_size,
@@ -332,12 +334,14 @@ def parse_profile_document(raw: Any) -> ProfileDocument:
         layers=tuple(layers),
         device=_text("device", _required("", raw, "device"), max_chars=DEVICE_MAX_CHARS),
         notes=tuple(notes),
+        sequence_parallel=sequence_parallel,
+        flash_attention=flash_attention,
     )
     return ProfileDocument(
         model=model,
         profile=profile,
-        sequence_parallel=_boolean("sequence_parallel", raw.get("sequence_parallel", False)),
-        flash_attention=_boolean("flash_attention", raw.get("flash_attention", True)),
+        sequence_parallel=sequence_parallel,
+        flash_attention=flash_attention,
         source=_text("source", raw.get("source", ""), allow_empty=True, max_chars=TEXT_MAX_CHARS),
         measurement=dict(measurement),
     )

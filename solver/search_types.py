@@ -162,7 +162,7 @@ class Candidate:
             "parallel": parallel_to_dict(self.parallel),
             "objective_value": self.objective_value,
             "why": self.why,
-            **{k: out[k] for k in ("feasible", "violations", "prediction", "memory", "stages")},
+            **{k: out[k] for k in ("feasible", "violations", "prediction", "memory", "stages", "profile_origins")},
         }
 
 

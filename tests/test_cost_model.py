@@ -254,3 +254,37 @@ def test_solver_is_a_pure_library():
                 continue
             for name in names:
                 assert name.split(".")[0] not in forbidden, f"{path.name} imports {name}"
+
+
+def test_measured_profile_at_the_plan_configuration_gets_tp_comm_from_the_model(selene):
+    """One GPU cannot measure TP collectives: a profile measured at tp_size 2 that equals the
+    analytic one except for them must predict the analytic step time, TP communication included."""
+    model = catalog.get_model("megatron-1.7b")
+    train = TrainingSpec(64, 2048, Precision.BF16)
+    par = ParallelConfig(4, 2, 1, ZeroStage.OS, 2, Recompute.SELECTIVE, 1, True)
+    analytic = analytic_profile(model, selene, train, 2, 2, True)
+    measured = dataclasses.replace(
+        analytic,
+        sequence_parallel=True,
+        layers=tuple(dataclasses.replace(layer, tp_comm_s=0.0, model_flops=0.0) for layer in analytic.layers),
+    )
+    expected = evaluate(model, selene, train, par).prediction
+    got = evaluate(model, selene, train, par, profile=measured)
+    assert got.prediction.step_time_s == pytest.approx(expected.step_time_s, rel=1e-9)
+    assert got.prediction.breakdown_s["tp_comm_s"] == pytest.approx(expected.breakdown_s["tp_comm_s"], rel=1e-9)
+    assert got.prediction.breakdown_s["tp_comm_s"] > 0
+    assert set(got.profile_origins.values()) == {"measured"}
+
+
+def test_calibration_override_replaces_gpu_knobs():
+    gpus = {e["name"]: e for e in catalog.list_entries("gpus")}
+    override = {"gpus": [{"name": "h100-sxm5-80gb", "gemm_efficiency": {"bf16": 0.7}, "gemm_saturation_dim": 96,
+                          "hbm_efficiency": 0.9, "sources": {"gemm_efficiency": "partitura calibrate on a test"}}]}
+    catalog.merge_gpu_overrides(gpus, override, origin="calibration.json")
+    spec = catalog.gpu_spec_from_dict(gpus["h100-sxm5-80gb"])
+    assert (spec.efficiency(Precision.BF16), spec.gemm_saturation_dim, spec.hbm_efficiency) == (0.7, 96.0, 0.9)
+    assert spec.peak(Precision.BF16) == 989.4e12  # untouched fields stay
+    assert gpus["h100-sxm5-80gb"]["sources"]["gemm_efficiency"] == "partitura calibrate on a test"
+    with pytest.raises(SpecError) as err:
+        catalog.merge_gpu_overrides(gpus, {"gpus": [{"name": "new-gpu", "gemm_efficiency": {"bf16": 0.5}}]}, "x.json")
+    assert err.value.field.startswith("x.json.gpus[0]")
