@@ -391,10 +391,11 @@ def _feasible(caps: np.ndarray, layers: int) -> bool:
 CHAIN_TABLE_LIMIT = 20_000_000
 
 
-def solve(problem: PartitionProblem, time_limit_s: float = 10.0) -> PartitionSolution | None:
+def solve(problem: PartitionProblem, time_limit_s: float = 10.0, upper_bound_ns: int | None = None) -> PartitionSolution | None:
     """The optimal partition of a one-chunk-per-stage pipeline: the closed-form fast path for
     identical layers, the exact chain program otherwise, CP-SAT for chains too long for its
-    tables (``time_limit_s`` is CP-SAT's safety net)."""
+    tables (``time_limit_s`` is CP-SAT's safety net; ``upper_bound_ns``, the bottleneck of a
+    known feasible partition, narrows the chain program's search)."""
     if problem.virtual_stages != 1:
         raise ValueError("solve covers one chunk per stage; interleaved pipelines use fixed_partition")
     if problem.identical_layers:
@@ -402,7 +403,7 @@ def solve(problem: PartitionProblem, time_limit_s: float = 10.0) -> PartitionSol
     if problem.num_stages * problem.num_layers**2 <= CHAIN_TABLE_LIMIT:
         from solver.search_chain import solve_chain
 
-        return solve_chain(problem)
+        return solve_chain(problem, upper_bound_ns)
     from solver.search_cpsat import solve_cpsat
 
     return solve_cpsat(problem, time_limit_s=time_limit_s)

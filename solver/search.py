@@ -137,7 +137,7 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
     if fixed is not None:
         solutions.append(fixed)
     if shape.virtual_stages == 1 and shape.pp_size > 1:
-        best = solve(problem, time_limit_s=max(0.5, run.deadline - time.perf_counter()))
+        best = solve(problem, max(0.5, run.deadline - time.perf_counter()), fixed.stage_time_ns if fixed else None)
         if best is not None:
             methods[best.method] = methods.get(best.method, 0) + 1
             if best.method == "cpsat":

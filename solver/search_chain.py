@@ -7,8 +7,9 @@ range's time. Under a bottleneck T the ranges that stage i can take from a start
 [a, a + 1) ... [a, maxend_i(a)) (time and memory grow with b). The boundaries reachable after
 i + 1 stages are then {b : some reachable a < b has maxend_i(a) >= b}, one prefix maximum per
 stage. T is feasible iff the last boundary L is reachable after p stages; the least feasible T
-is found by bisection over integers (times are whole nanoseconds), then the largest stage state
-the same way with T fixed, and the boundaries are read back from the reachable sets.
+is found by bisection over the table's stage times (between the average stage and a known
+feasible bottleneck), then the largest stage state the same way with T fixed, and the
+boundaries are read back from the reachable sets.
 
 Cost: O(p L^2 log L) once per problem for the range tables, O(p L^2) per bisection step.
 Exact for the same model as ``solver.partition`` and ``solver.search_cpsat`` (tests compare the
@@ -40,6 +41,8 @@ def _range_tables(problem: PartitionProblem) -> tuple[np.ndarray, np.ndarray, np
     held = np.where(valid, b - a, 0)
     state = state_p[b] - state_p[a]
 
+    rows = (problem.layer_kept_kib, problem.layer_checkpoint_kib, problem.layer_state_kib)
+    same_memory = all(row.count(row[0]) == len(row) for row in rows)
     time_ns = np.full((p, layers, layers), UNREACHABLE)
     recomputed = np.zeros((p, layers, layers), dtype=np.int64)
     for stage in range(p):
@@ -51,7 +54,16 @@ def _range_tables(problem: PartitionProblem) -> tuple[np.ndarray, np.ndarray, np
             return f * kept + np.where(k > 0, problem.working_kib, 0) + state
 
         plain = valid & (memory(np.zeros_like(held)) <= budget)
-        if problem.allow_recompute:
+        if problem.allow_recompute and same_memory:
+            # Memory rows identical (a measured profile whose times vary): closed form for k.
+            kept, ckpt = problem.layer_kept_kib[0], problem.layer_checkpoint_kib[0]
+            saving = max(f * (kept - ckpt), 1e-30)
+            needed = np.maximum(1, np.ceil((memory(np.zeros_like(held)) + problem.working_kib - budget) / saving - 1e-9))
+            needed = needed.astype(np.int64)
+            possible = valid & ~plain & (kept > ckpt) & (needed <= held)
+            k = np.where(plain, 0, np.where(possible, needed, 0))
+            fits_at_all = plain | possible
+        elif problem.allow_recompute:
             possible = valid & ~plain & (memory(held) <= budget)
             lo, hi = np.ones_like(held), np.maximum(held, 1)
             while np.any(possible & (lo < hi)):  # least k in [1, held] that fits
@@ -88,8 +100,23 @@ def _reachable(allowed: np.ndarray) -> list[np.ndarray]:
     return reach
 
 
-def solve_chain(problem: PartitionProblem) -> PartitionSolution | None:
-    """The optimal partition (least bottleneck, then least largest stage state), or None."""
+def _least(values: np.ndarray, feasible) -> int:
+    """The least of the sorted candidate ``values`` for which ``feasible`` holds (the last
+    one is known to hold)."""
+    lo, hi = 0, len(values) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if feasible(int(values[mid])):
+            hi = mid
+        else:
+            lo = mid + 1
+    return int(values[lo])
+
+
+def solve_chain(problem: PartitionProblem, upper_bound_ns: int | None = None) -> PartitionSolution | None:
+    """The optimal partition (least bottleneck, then least largest stage state), or None.
+    ``upper_bound_ns``: the bottleneck of a known feasible partition (e.g. the uniform one),
+    which narrows the bisection to the stage times between the average stage and it."""
     if problem.virtual_stages != 1:
         raise ValueError("solve_chain covers one chunk per stage")
     p, layers = problem.num_stages, problem.num_layers
@@ -101,26 +128,20 @@ def solve_chain(problem: PartitionProblem) -> PartitionSolution | None:
         reach = _reachable((time_ns <= bound_ns) & (stage_state <= bound_kib))
         return reach if reach[-1][layers] else None
 
-    finite = time_ns[np.isfinite(time_ns)]
-    if finite.size == 0 or feasible(float(finite.max())) is None:
+    # Every stage's time is one of the table's values; the slowest is at least the average stage.
+    average = (sum(problem.layer_time_ns) + sum(problem.stage_extra_time_ns)) / p
+    top = float(upper_bound_ns) if upper_bound_ns is not None else float(np.max(time_ns, initial=0, where=np.isfinite(time_ns)))
+    window = time_ns[(time_ns >= np.floor(average)) & (time_ns <= top)]
+    candidates = np.unique(window)
+    if candidates.size == 0 or feasible(float(candidates[-1])) is None:
+        if upper_bound_ns is not None:
+            return solve_chain(problem)  # the given bound was not feasible here: search everything
         return None
-    lo, hi = int(finite.min()), int(finite.max())
-    while lo < hi:  # least feasible bottleneck (integers: exact)
-        mid = (lo + hi) // 2
-        if feasible(mid) is not None:
-            hi = mid
-        else:
-            lo = mid + 1
-    bottleneck = lo
-    states = stage_state[np.isfinite(stage_state) & (time_ns <= bottleneck)]
-    lo_s, hi_s = int(states.min()), int(states.max())
-    while lo_s < hi_s:  # then the least largest stage state
-        mid = (lo_s + hi_s) // 2
-        if feasible(bottleneck, mid) is not None:
-            hi_s = mid
-        else:
-            lo_s = mid + 1
-    allowed = (time_ns <= bottleneck) & (stage_state <= lo_s)
+    bottleneck = _least(candidates, lambda bound: feasible(bound) is not None)
+    usable = time_ns <= bottleneck
+    states = np.unique(stage_state[usable])
+    best_state = _least(states, lambda bound: feasible(bottleneck, bound) is not None)
+    allowed = usable & (stage_state <= best_state)
     reach = _reachable(allowed)
 
     counts, recompute = [0] * p, [0] * p

@@ -192,3 +192,20 @@ def test_per_stage_recompute_least_is_brute_force_least():
     full = replace(parallel, recompute=Recompute.FULL, full_recompute_layers=solution.recompute_layers)
     checked = evaluate(GPT, CLUSTER, training, full, 128, max_memory_fraction=0.8 * ev.peak_bytes / CLUSTER.gpu.memory_bytes)
     assert checked.feasible
+
+
+def test_chain_program_closed_form_when_only_times_differ():
+    """A measured profile's layers differ in time but keep the same memory: the chain program's
+    closed-form recompute count must agree with brute force and CP-SAT."""
+    rng = random.Random(17)
+    feasible = 0
+    for _ in range(25):
+        layers = rng.randint(3, 9)
+        stages = rng.randint(2, min(layers, 4))
+        base = random_problem(rng, layers, stages, identical=True)
+        problem = replace(base, layer_time_ns=tuple(rng.randint(1000, 1300) for _ in range(layers)),
+                          layer_recompute_ns=tuple(rng.randint(300, 450) for _ in range(layers)))
+        truth = _brute_force(problem)
+        assert _key(solve_chain(problem)) == truth == _key(solve_cpsat(problem))
+        feasible += truth is not None
+    assert feasible >= 5
