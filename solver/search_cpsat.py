@@ -149,6 +149,25 @@ class _PartitionModel:
             self.model.add(self.stage_time_ns[j] <= self.bottleneck_ns)
             self.model.add(self.stage_state_kib[j] <= self.max_state_kib)
 
+    def add_bounds_from(self, solution: PartitionSolution) -> None:
+        """Redundant constraints a known feasible plan justifies: the optimum is no slower, so
+        stage j holds at most the number of layers whose fastest ones fit in that time, which
+        narrows every boundary's domain; and the slowest stage is at least the average."""
+        m, problem = self.model, self.problem
+        p, layers = problem.num_stages, problem.num_layers
+        m.add(self.bottleneck_ns <= solution.stage_time_ns)
+        fastest = list(accumulate(sorted(problem.layer_time_ns)))
+        most = []
+        for j in range(p):
+            room = solution.stage_time_ns - problem.stage_extra_time_ns[j]
+            most.append(max(1, min(self.n_max, sum(1 for total in fastest if total <= room))))
+            m.add(self.count[j] <= most[j])
+        for j in range(1, p):
+            m.add(self.start[j] <= sum(most[:j]))
+            m.add(self.start[j] >= layers - sum(most[j:]))
+        total = sum(problem.layer_time_ns) + sum(problem.stage_extra_time_ns)
+        m.add(p * self.bottleneck_ns >= total)
+
     def add_hint(self, solution: PartitionSolution) -> None:
         """Seed the search with a known feasible plan (the greedy uniform one)."""
         self.model.clear_hints()
@@ -194,6 +213,58 @@ class _PartitionModel:
         return PartitionSolution(counts, recomputed, time_ns, state, "cpsat", status)
 
 
+def greedy_partition(problem: PartitionProblem) -> PartitionSolution | None:
+    """A feasible partition for the hint: under a bottleneck T each stage takes as many layers
+    as fit (least recompute first), leaving one layer for every later stage; T is bisected.
+    A heuristic: exact for most chains, but a stage with many in-flight micro-batches may be
+    left unable to take even one layer that a cleverer split would have moved elsewhere."""
+    p, layers = problem.num_stages, problem.num_layers
+    time_p, recompute_p = _prefix(problem.layer_time_ns), _prefix(problem.layer_recompute_ns)
+    kept_p, ckpt_p, state_p = _prefix(problem.layer_kept_kib), _prefix(problem.layer_checkpoint_kib), _prefix(problem.layer_state_kib)
+
+    def least_recompute(stage: int, a: int, b: int, start_k: int) -> int | None:
+        f, budget = problem.in_flight[stage], problem.stage_budget_kib[stage]
+        for k in range(start_k, (b - a if problem.allow_recompute else 0) + 1):
+            kept = ckpt_p[a + k] - ckpt_p[a] + kept_p[b] - kept_p[a + k]
+            if f * kept + (problem.working_kib if k else 0) + state_p[b] - state_p[a] <= budget:
+                return k
+        return None
+
+    def place(bound_ns: int) -> tuple[list[int], list[int]] | None:
+        counts, recompute, a = [], [], 0
+        for stage in range(p):
+            last = layers - (p - 1 - stage)  # leave a layer for every later stage
+            b, k, best = a + 1, 0, None
+            while b <= last:
+                k = least_recompute(stage, a, b, k)
+                if k is None:
+                    break
+                time_ns = time_p[b] - time_p[a] + recompute_p[a + k] - recompute_p[a] + problem.stage_extra_time_ns[stage]
+                if time_ns > bound_ns:
+                    break
+                best = (b, k)
+                b += 1
+            if best is None or (stage == p - 1 and best[0] != layers):
+                return None
+            counts.append(best[0] - a)
+            recompute.append(best[1])
+            a = best[0]
+        return counts, recompute
+
+    lo = (sum(problem.layer_time_ns) + sum(problem.stage_extra_time_ns)) // p
+    hi = sum(problem.layer_time_ns) + sum(problem.layer_recompute_ns) + max(problem.stage_extra_time_ns)
+    if place(hi) is None:
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if place(mid) is None:
+            lo = mid + 1
+        else:
+            hi = mid
+    counts, _ = place(hi)
+    return fixed_partition(problem, tuple(counts))
+
+
 def solve_cpsat(
     problem: PartitionProblem,
     time_limit_s: float = 10.0,
@@ -209,8 +280,11 @@ def solve_cpsat(
     if linear and not problem.identical_layers:
         raise ValueError("the linear model needs identical layers")
     builder = _PartitionModel(problem, linear).build()
-    hint = fixed_partition(problem, uniform_partition(problem.num_layers, problem.num_stages))
+    candidates = [fixed_partition(problem, uniform_partition(problem.num_layers, problem.num_stages)), greedy_partition(problem)]
+    feasible = [c for c in candidates if c is not None]
+    hint = min(feasible, key=lambda c: (c.stage_time_ns, c.max_stage_state_kib)) if feasible else None
     if hint is not None:
         builder.add_hint(hint)
+        builder.add_bounds_from(hint)
     _, solution = builder.solve(time_limit_s, num_workers, random_seed)
     return solution
