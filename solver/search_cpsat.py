@@ -111,7 +111,7 @@ class _PartitionModel:
     def _add_prefix_stage_totals(self) -> None:
         """Any layers: totals are differences of prefix sums read at the stage boundaries."""
         m, problem = self.model, self.problem
-        p, layers = problem.num_stages, problem.num_layers
+        p = problem.num_stages
         prefix = {
             "time": _prefix(problem.layer_time_ns),
             "recompute": _prefix(problem.layer_recompute_ns),
@@ -130,7 +130,6 @@ class _PartitionModel:
             for j in range(p):
                 at_end[name, j] = m.new_int_var(0, prefix[name][-1], f"{name}_at_recompute_end[{j}]")
                 m.add_element(self.recompute_end[j], prefix[name], at_end[name, j])
-        del layers
         for j in range(p):
             f = int(problem.in_flight[j])
             self.stage_time_ns[j] = (

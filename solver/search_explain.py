@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from solver.errors import SpecError
 from solver.evaluate import evaluate
-from solver.execution import Framework, Recompute, TrainingSpec
+from solver.execution import Framework, Recompute
 from solver.memory import GIB_BYTES
 from solver.search_types import Constraints, Objective, parallel_to_dict
 
@@ -130,20 +130,16 @@ def _changes(run, miss: dict | None):
             bigger = replace(cluster, num_nodes=nodes)
             out.append((f"use {more} GPUs ({nodes} nodes)", replace(request, cluster=bigger, num_gpus=more, constraints=_relaxed(c, "num_gpus"))))
     if training.seq_length >= 2 and training.seq_length % 2 == 0:
-        shorter = _training(training, seq_length=training.seq_length // 2)
+        shorter = replace(training, seq_length=training.seq_length // 2)
         out.append((f"a shorter sequence ({shorter.seq_length} tokens)", replace(request, training=shorter)))
     if training.global_batch_size % 2 == 0:
-        smaller = _training(training, global_batch_size=training.global_batch_size // 2)
+        smaller = replace(training, global_batch_size=training.global_batch_size // 2)
         out.append((f"a smaller global batch ({smaller.global_batch_size} sequences)", replace(request, training=smaller)))
     if miss is not None and not miss["fits"]:
         need_gib = math.ceil(miss["peak_gib"] / c.max_memory_fraction)
         gpu = replace(cluster.gpu, memory_bytes=need_gib * GIB_BYTES)
         out.append((f"a GPU with at least {need_gib} GiB of memory", replace(request, cluster=replace(cluster, gpu=gpu))))
     return out
-
-
-def _training(training: TrainingSpec, **changes) -> TrainingSpec:
-    return replace(training, **changes)
 
 
 def explain(run) -> dict:
