@@ -23,7 +23,7 @@ from solver.memory import (
     reserve_bytes,
 )
 from solver.model import ModelSpec
-from solver.profile import LayerKind, LayerProfile, ModelProfile
+from solver.profile import LayerProfile, ModelProfile
 from solver.result import Evaluation, Prediction, StageReport
 from solver.schedule import data_parallel_times, pipeline_comm_s, pipeline_time_s
 

@@ -106,24 +106,21 @@ class ParallelConfig:
         except ValueError:
             raise SpecError("parallel.zero_stage", f"must be 0, 1, 2 or 3, got {self.zero_stage!r}") from None
         object.__setattr__(self, "recompute", Recompute(self.recompute))
-        if self.stage_layers is not None:
-            object.__setattr__(self, "stage_layers", tuple(self.stage_layers))
-            if len(self.stage_layers) != self.num_chunks:
-                raise SpecError(
-                    "parallel.stage_layers",
-                    f"needs pp_size * virtual_stages = {self.num_chunks} entries, got {len(self.stage_layers)}",
-                )
-            if any((not isinstance(n, int)) or n < 0 for n in self.stage_layers):
-                raise SpecError("parallel.stage_layers", "entries must be non-negative integers")
-        if self.full_recompute_layers is not None:
-            object.__setattr__(self, "full_recompute_layers", tuple(self.full_recompute_layers))
-            if len(self.full_recompute_layers) != self.num_chunks:
-                raise SpecError(
-                    "parallel.full_recompute_layers",
-                    f"needs pp_size * virtual_stages = {self.num_chunks} entries, got {len(self.full_recompute_layers)}",
-                )
-            if any((not isinstance(n, int)) or n < 0 for n in self.full_recompute_layers):
-                raise SpecError("parallel.full_recompute_layers", "entries must be non-negative integers")
+        for name in ("stage_layers", "full_recompute_layers"):
+            values = getattr(self, name)
+            if values is not None:
+                object.__setattr__(self, name, self._per_chunk(name, values))
+
+    def _per_chunk(self, name: str, values: object) -> tuple[int, ...]:
+        """A per-chunk list (one non-negative integer per model chunk, pipeline order)."""
+        values = tuple(values)
+        if len(values) != self.num_chunks:
+            raise SpecError(
+                f"parallel.{name}", f"needs pp_size * virtual_stages = {self.num_chunks} entries, got {len(values)}"
+            )
+        if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in values):
+            raise SpecError(f"parallel.{name}", "entries must be non-negative integers")
+        return values
 
     @property
     def num_gpus(self) -> int:

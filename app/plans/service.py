@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
 import time
 import uuid
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -19,6 +16,7 @@ from app.catalog.service import Resolved, resolve
 from app.core.config import Settings
 from app.core.db import utc_now
 from app.core.metrics import Metrics
+from app.core.pagination import decode_cursor, encode_cursor
 from app.core.problems import Problem, from_spec_error, invalid_field, not_found
 from app.core.solver_pool import SolverPool, SolverSaturated, SolverUnavailable
 from app.core.versions import Versions
@@ -222,24 +220,6 @@ def delete_plan(session: Session, plan_id: str) -> None:
     if plan is None:
         raise _unknown_plan(session, plan_id)
     repository.delete(session, plan)
-
-
-def encode_cursor(plan: Plan) -> str:
-    raw = json.dumps({"created_at": plan.created_at.isoformat(), "id": plan.id}, separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        raw = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        created_at = datetime.fromisoformat(raw["created_at"])
-        plan_id = str(raw["id"])
-        if created_at.tzinfo is None:
-            raise ValueError("naive timestamp")
-        return created_at, plan_id
-    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
-        raise invalid_field("query.cursor", "is not a cursor this service issued") from None
 
 
 def list_plans(

@@ -7,16 +7,13 @@ from it (``solver.profile_io.derive_profile``) and reports each layer's origin.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import uuid
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from app.core.db import utc_now
+from app.core.pagination import decode_cursor, encode_cursor
 from app.core.problems import Problem, from_spec_error, invalid_field, not_found
 from app.profiles import repository
 from app.profiles.models import Profile
@@ -89,23 +86,6 @@ def delete_profile(session: Session, profile_id: str) -> None:
     if row is None:
         raise _unknown(session, profile_id)
     repository.delete(session, row)
-
-
-def encode_cursor(profile: Profile) -> str:
-    raw = json.dumps({"created_at": profile.created_at.isoformat(), "id": profile.id}, separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        raw = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        created_at = datetime.fromisoformat(raw["created_at"])
-        if created_at.tzinfo is None:
-            raise ValueError("naive timestamp")
-        return created_at, str(raw["id"])
-    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
-        raise invalid_field("query.cursor", "is not a cursor this service issued") from None
 
 
 def list_profiles(session: Session, limit: int, cursor: str | None, model: str | None) -> dict[str, Any]:
