@@ -15,6 +15,7 @@ Sources:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 from solver.comm import all_reduce_s, tp_link
@@ -52,6 +53,17 @@ ELEMENTWISE_KERNELS_PER_LAYER = 8  # norms, residual adds, activation, softmax, 
 CROSS_ENTROPY_BYTES = 12
 
 
+def _sixteen_bit(precision: Precision) -> Precision:
+    """FP8 applies to the linear layers only (Transformer Engine): attention and the output
+    layer run in 16 bit."""
+    return Precision.BF16 if precision is Precision.FP8 else precision
+
+
+def _activation_all_reduce_s(cluster: ClusterSpec, tokens: float, hidden_size: int, tp_size: int) -> float:
+    """One all-reduce of a 16-bit tokens x hidden activation over the TP group (0 at tp_size 1)."""
+    return all_reduce_s(BYTES_16BIT * tokens * hidden_size, tp_size, tp_link(cluster, tp_size))
+
+
 def _layer_profile(
     model: ModelSpec, cluster: ClusterSpec, precision: Precision, flash: bool,
     tp_size: int, micro_batch_size: int, seq_length: int, sequence_parallel: bool, index: int,
@@ -71,9 +83,7 @@ def _layer_profile(
         + gemm_time_s(gpu, precision, tokens, (2 if swiglu else 1) * f / t, h)  # up (+ gate)
         + gemm_time_s(gpu, precision, tokens, h, f / t)  # down
     )
-    # FP8 applies to the linear layers only (Transformer Engine): attention and the output
-    # layer run in 16 bit.
-    precision16 = Precision.BF16 if precision is Precision.FP8 else precision
+    precision16 = _sixteen_bit(precision)
     heads_local = b * a / t
     if flash:
         causal = 0.5 if model.architecture is Architecture.DECODER else 1.0
@@ -102,7 +112,7 @@ def _layer_profile(
 
     # 2 all-reduces forward + 2 backward of the b*s*h activation (or the same volume as
     # all-gather + reduce-scatter pairs with sequence parallelism).
-    tp_comm_s = 4 * all_reduce_s(BYTES_16BIT * tokens * h, t, tp_link(cluster, t)) if t > 1 else 0.0
+    tp_comm_s = 4 * _activation_all_reduce_s(cluster, tokens, h, t)
 
     # Activation bytes kept for backward (Korthikanti et al. 2022 Table 2, generalised).
     replicated = 10 * tokens * h  # LN inputs (4), QKV and MLP inputs (4), two dropout masks (2)
@@ -138,7 +148,7 @@ def _embedding_profile(
     forward_s = elementwise_time_s(gpu, 9 * tokens_local * h, kernels=2)
     backward_s = elementwise_time_s(gpu, 2 * BYTES_16BIT * tokens * h, kernels=2)
     # The vocabulary-parallel embedding sums its partial outputs with one all-reduce (forward).
-    tp_comm_s = all_reduce_s(BYTES_16BIT * tokens * h, t, tp_link(cluster, t)) if t > 1 else 0.0
+    tp_comm_s = _activation_all_reduce_s(cluster, tokens, h, t)
     mask_bytes = int(tokens_local * h)  # embedding dropout mask (Korthikanti et al. 2022: s*b*h*p/t)
     return LayerProfile(
         name="embedding",
@@ -163,7 +173,7 @@ def _head_profile(
     tokens = micro_batch_size * seq_length
     tokens_local = tokens / t if sequence_parallel else tokens
     predicted = predicted_tokens(model, tokens)
-    precision16 = Precision.BF16 if precision is Precision.FP8 else precision  # output layer stays 16-bit
+    precision16 = _sixteen_bit(precision)
     gemm_forward_s = gemm_time_s(gpu, precision16, predicted, vocab / t, h)
     if model.architecture is Architecture.ENCODER:
         gemm_forward_s += gemm_time_s(gpu, precision16, predicted, h, h)  # BERT's MLM dense transform
@@ -173,7 +183,7 @@ def _head_profile(
     forward_s = gemm_forward_s + elementwise_forward_s
     backward_s = BACKWARD_TO_FORWARD * gemm_forward_s + ELEMENTWISE_BACKWARD_TO_FORWARD * elementwise_forward_s
     # Backward all-reduce of the logits-projection input gradient.
-    tp_comm_s = all_reduce_s(BYTES_16BIT * tokens * h, t, tp_link(cluster, t)) if t > 1 else 0.0
+    tp_comm_s = _activation_all_reduce_s(cluster, tokens, h, t)
     # Final norm input, projection input, fp32 softmax of the local vocabulary shard
     # (Korthikanti et al. 2022: 4*s*b*h/t*(1 + v/h) on the last stage).
     kept = int(BYTES_16BIT * tokens_local * h + BYTES_16BIT * predicted * h + BYTES_FP32 * predicted * vocab / t)
@@ -210,7 +220,7 @@ def analytic_profile(
     args = (tp_size, micro_batch_size, seq, sequence_parallel)
     layer = _layer_profile(model, cluster, training.precision, training.flash_attention, *args, index=0)
     layers = [_embedding_profile(model, cluster, *args)]
-    layers += [layer if i == 0 else _renamed(layer, i) for i in range(model.num_layers)]
+    layers += [layer if i == 0 else replace(layer, name=f"layer.{i}") for i in range(model.num_layers)]
     layers.append(_head_profile(model, cluster, training.precision, *args))
     return ModelProfile(
         model_name=model.name,
@@ -221,9 +231,3 @@ def analytic_profile(
         layers=tuple(layers),
         device=cluster.gpu.name,
     )
-
-
-def _renamed(layer: LayerProfile, index: int) -> LayerProfile:
-    from dataclasses import replace
-
-    return replace(layer, name=f"layer.{index}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from solver.analytic import analytic_profile
 from solver.compute import elementwise_time_s
+from solver.errors import SpecError
 from solver.execution import Framework, ParallelConfig, Recompute, TrainingSpec
 from solver.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from solver.hardware import ClusterSpec
@@ -25,7 +26,7 @@ from solver.memory import (
 from solver.model import ModelSpec
 from solver.profile import LayerProfile, ModelProfile
 from solver.result import Evaluation, Prediction, StageReport
-from solver.schedule import data_parallel_times, pipeline_comm_s, pipeline_time_s
+from solver.schedule import data_parallel_exposed_s, pipeline_comm_s, pipeline_time_s
 
 ZERO3_PREFETCHED_LAYERS = 2  # the layer being computed and the next one, gathered ahead
 
@@ -88,8 +89,6 @@ def evaluate(
     check_structure(model, cluster, training, parallel, num_gpus)
     prof = resolve_profile(model, cluster, training, parallel, profile)
     if len(prof.transformer_layers) != model.num_layers:
-        from solver.errors import SpecError
-
         raise SpecError("profile.layers", f"the profile has {len(prof.transformer_layers)} transformer layers, the model {model.num_layers}")
 
     pp, v, dp = parallel.pp_size, parallel.virtual_stages, parallel.dp_size
@@ -104,19 +103,17 @@ def evaluate(
     stage_times: list[dict[str, float]] = []
     for stage, layers in enumerate(stage_chunks(model, parallel)):
         members: list[tuple[LayerProfile, bool]] = [(blocks[i], full) for i, full in layers]
-        extras: list[LayerProfile] = []
-        if stage == 0 and embedding is not None:
-            extras.append(embedding)
-        if stage == pp - 1 and head is not None:
-            extras.append(head)
+        has_embedding = stage == 0 and embedding is not None
+        has_head = stage == pp - 1 and head is not None
+        extras = [layer for layer, here in ((embedding, has_embedding), (head, has_head)) if here]
         all_members = members + [(layer, False) for layer in extras]
         times = {
-            "compute": sum(layer.forward_s + layer.backward_s for layer, _ in all_members),
-            "recompute": sum(layer.recompute_s(full, selective) for layer, full in all_members),
-            "tp_comm": sum(layer.tp_comm_s for layer, _ in all_members),
             "forward": sum(layer.forward_s for layer, _ in all_members),
             "backward": sum(layer.backward_s for layer, _ in all_members),
+            "recompute": sum(layer.recompute_s(full, selective) for layer, full in all_members),
+            "tp_comm": sum(layer.tp_comm_s for layer, _ in all_members),
         }
+        times["compute"] = times["forward"] + times["backward"]
         params = sum(layer.parameter_count for layer, _ in all_members)
         # With several micro-batches every backward adds into the gradient buffer (the local
         # shard of it once ZeRO-2/3 reduce-scatter after each micro-batch).
@@ -135,8 +132,8 @@ def evaluate(
         working = max((layer.activation_bytes - layer.checkpoint_bytes for layer, full in members if full), default=0)
         memory["activations"] = in_flight * kept + working
         memory["embedding_and_logits"] = (
-            (in_flight * embedding.activation_bytes if embedding in extras else 0)
-            + (head.activation_bytes if head in extras else 0)  # the last stage runs one micro-batch at a time
+            (in_flight * embedding.activation_bytes if has_embedding else 0)
+            + (head.activation_bytes if has_head else 0)  # the last stage runs one micro-batch at a time
         )
         # ZeRO-3 holds the gathered 16-bit weights of the layer in use and the one prefetched,
         # never more than the unsharded weights it saves.
@@ -146,11 +143,10 @@ def evaluate(
             else 0.0
         )
         memory["reserve"] = reserve_bytes(sum(memory.values()))
-        dp_times = data_parallel_times(
+        times["dp_exposed"] = data_parallel_exposed_s(
             cluster, parallel, m, params, largest_layer, times["forward"], times["backward"] + times["recompute"],
             regather_for_recompute=framework is Framework.DEEPSPEED and any(full for _, full in members),
         )
-        times["dp_exposed"] = dp_times.exposed_s
         shard = params / dp if parallel.zero_stage >= 1 else params
         times["optimizer"] = elementwise_time_s(cluster.gpu, optimizer_step_bytes_per_param(training.optimizer) * shard, kernels=4)
         stage_times.append(times)
@@ -159,8 +155,8 @@ def evaluate(
                 stage=stage,
                 layers=tuple(i for i, _ in layers),
                 full_recompute_layers=tuple(i for i, full in layers if full),
-                has_embedding=embedding in extras,
-                has_head=head in extras,
+                has_embedding=has_embedding,
+                has_head=has_head,
                 time_per_micro_batch_s=times["total"],
                 in_flight_micro_batches=in_flight,
                 memory_bytes=memory,
@@ -173,18 +169,19 @@ def evaluate(
     busy_s, bubble_s = pipeline_time_s(critical["total"], pp, v, m)
     message_bytes = blocks[0].output_bytes if blocks else 0
     pp_comm = pipeline_comm_s(cluster, parallel, m, message_bytes)
-    tail_s = max(t["dp_exposed"] + t["optimizer"] for t in stage_times)
-    tail_stage = max(range(pp), key=lambda i: stage_times[i]["dp_exposed"] + stage_times[i]["optimizer"])
-    step_s = busy_s + bubble_s + pp_comm + tail_s
+    # After the last backward each stage syncs its own gradients and steps its optimizer; the
+    # step ends with the slowest of them.
+    tail = max(stage_times, key=lambda t: t["dp_exposed"] + t["optimizer"])
+    step_s = busy_s + bubble_s + pp_comm + tail["dp_exposed"] + tail["optimizer"]
     breakdown = {
         "compute_s": m * critical["compute"],
         "recompute_s": m * critical["recompute"],
         "tp_comm_s": m * critical["tp_comm"],
         "grad_accumulation_s": m * critical["grad_accumulation"],
         "pp_comm_s": pp_comm,
-        "dp_comm_exposed_s": stage_times[tail_stage]["dp_exposed"],
+        "dp_comm_exposed_s": tail["dp_exposed"],
         "bubble_s": bubble_s,
-        "optimizer_s": stage_times[tail_stage]["optimizer"],
+        "optimizer_s": tail["optimizer"],
     }
 
     seq = training.seq_length

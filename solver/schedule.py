@@ -11,8 +11,6 @@ current layer's compute (DeepSpeed / FSDP), so only what compute cannot cover is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from solver.comm import data_parallel_collective_s, p2p_s, pp_link
 from solver.execution import ParallelConfig, ZeroStage
 from solver.hardware import ClusterSpec
@@ -43,13 +41,7 @@ def pipeline_comm_s(
     return 2 * exchanges * p2p_s(message_bytes, link)
 
 
-@dataclass(frozen=True)
-class DataParallelTimes:
-    total_s: float  # all collective time of the step
-    exposed_s: float  # the part compute does not hide
-
-
-def data_parallel_times(
+def data_parallel_exposed_s(
     cluster: ClusterSpec,
     parallel: ParallelConfig,
     num_micro_batches: int,
@@ -58,8 +50,9 @@ def data_parallel_times(
     forward_s: float,
     backward_s: float,
     regather_for_recompute: bool = False,
-) -> DataParallelTimes:
-    """Data-parallel gradient synchronisation and ZeRO parameter gathers of one stage's DP group.
+) -> float:
+    """Seconds of one step's data-parallel gradient synchronisation and ZeRO parameter gathers,
+    for one stage's DP group, that compute does not hide.
 
     ``forward_s`` / ``backward_s`` are one micro-batch's compute on this stage: the time that can
     hide collectives running on the side. ``regather_for_recompute``: ZeRO-3 gathers the
@@ -68,25 +61,27 @@ def data_parallel_times(
     """
     dp = parallel.dp_size
     if dp == 1:
-        return DataParallelTimes(0.0, 0.0)
+        return 0.0
 
     def collective(kind: str, parameter_count: float, bytes_per_param: int) -> float:
         return data_parallel_collective_s(cluster, parallel.tp_size, dp, bytes_per_param * parameter_count, kind)
+
+    def beside_backward(sync_s: float) -> float:
+        """A gradient sync run bucket by bucket during backward: what backward cannot cover,
+        plus the last bucket, reduced after backward ends."""
+        return max(0.0, sync_s - backward_s) + _last_bucket(sync_s, stage_parameter_count, largest_layer_parameter_count)
 
     zero = parallel.zero_stage
     grads_rs = collective("reduce_scatter", stage_parameter_count, GRAD_BYTES_PER_PARAM)
     params_ag = collective("all_gather", stage_parameter_count, WEIGHT_BYTES_PER_PARAM)
     if zero == ZeroStage.NONE:
-        total = collective("all_reduce", stage_parameter_count, GRAD_BYTES_PER_PARAM)
-        return DataParallelTimes(total, max(0.0, total - backward_s) + _last_bucket(total, stage_parameter_count, largest_layer_parameter_count))
+        return beside_backward(collective("all_reduce", stage_parameter_count, GRAD_BYTES_PER_PARAM))
     if zero == ZeroStage.OS:
         # Gradients reduce-scattered during the last backward; updated parameters all-gathered after the step.
-        exposed = max(0.0, grads_rs - backward_s) + _last_bucket(grads_rs, stage_parameter_count, largest_layer_parameter_count) + params_ag
-        return DataParallelTimes(grads_rs + params_ag, exposed)
+        return beside_backward(grads_rs) + params_ag
     if zero == ZeroStage.OS_G:
         # Gradient shards are reduced after every micro-batch's backward (no full gradient is kept).
-        per_micro_batch = max(0.0, grads_rs - backward_s) + _last_bucket(grads_rs, stage_parameter_count, largest_layer_parameter_count)
-        return DataParallelTimes(num_micro_batches * grads_rs + params_ag, num_micro_batches * per_micro_batch + params_ag)
+        return num_micro_batches * beside_backward(grads_rs) + params_ag
     # ZeRO-3: every micro-batch gathers parameters for forward and again for backward, and
     # reduce-scatters its gradients; the first layer's gather cannot be prefetched.
     first_gather = collective("all_gather", largest_layer_parameter_count, WEIGHT_BYTES_PER_PARAM)
@@ -96,8 +91,7 @@ def data_parallel_times(
         + max(0.0, backward_gathers * params_ag + grads_rs - backward_s)
         + first_gather
     )
-    volume = (1 + backward_gathers) * params_ag + grads_rs
-    return DataParallelTimes(num_micro_batches * volume, num_micro_batches * per_micro_batch)
+    return num_micro_batches * per_micro_batch
 
 
 def _last_bucket(collective_s: float, stage_parameter_count: float, largest_layer_parameter_count: float) -> float:
