@@ -8,6 +8,8 @@ import json
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import Select, and_, or_
+
 from app.core.problems import invalid_field
 
 
@@ -28,3 +30,14 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         return created_at, str(raw["id"])
     except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
         raise invalid_field("query.cursor", "is not a cursor this service issued") from None
+
+
+def newest_first_after(query: Select, row_type: Any, after: tuple[datetime, str] | None, limit: int) -> Select:
+    """``query`` ordered newest first (created_at, then id, descending), strictly after the
+    cursor position ``after``, at most ``limit`` rows. ``row_type`` has ``created_at`` and ``id``."""
+    if after is not None:
+        created_at, row_id = after
+        query = query.where(
+            or_(row_type.created_at < created_at, and_(row_type.created_at == created_at, row_type.id < row_id))
+        )
+    return query.order_by(row_type.created_at.desc(), row_type.id.desc()).limit(limit)

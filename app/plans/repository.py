@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session, selectinload
 
+from app.core.pagination import newest_first_after
 from app.plans.models import Plan, PlanCandidate
 
 
@@ -52,13 +53,7 @@ def page(
         query = query.where(Plan.cluster_name == cluster)
     if status is not None:
         query = query.where(Plan.status == status)
-    if after is not None:
-        created_at, plan_id = after
-        query = query.where(
-            or_(Plan.created_at < created_at, and_(Plan.created_at == created_at, Plan.id < plan_id))
-        )
-    query = query.order_by(Plan.created_at.desc(), Plan.id.desc()).limit(limit)
-    return list(session.scalars(query))
+    return list(session.scalars(newest_first_after(query, Plan, after, limit)))
 
 
 def best_candidates(session: Session, plan_ids: list[str]) -> dict[str, dict[str, Any]]:

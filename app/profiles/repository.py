@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.core.pagination import newest_first_after
 from app.profiles.models import Profile
 
 SUGGESTIONS = 3
@@ -32,12 +33,7 @@ def page(session: Session, limit: int, after: tuple[datetime, str] | None, model
     query = select(Profile)
     if model is not None:
         query = query.where(Profile.model_name == model)
-    if after is not None:
-        created_at, profile_id = after
-        query = query.where(
-            or_(Profile.created_at < created_at, and_(Profile.created_at == created_at, Profile.id < profile_id))
-        )
-    return list(session.scalars(query.order_by(Profile.created_at.desc(), Profile.id.desc()).limit(limit)))
+    return list(session.scalars(newest_first_after(query, Profile, after, limit)))
 
 
 def ids_starting_with(session: Session, prefix: str) -> list[str]:
