@@ -25,6 +25,7 @@ from solver.memory import (
 )
 from solver.model import ModelSpec
 from solver.profile import LayerProfile, ModelProfile
+from solver.profile_io import derive_profile
 from solver.result import Evaluation, Prediction, StageReport
 from solver.schedule import data_parallel_exposed_s, pipeline_comm_s, pipeline_time_s
 
@@ -59,8 +60,6 @@ def resolve_profile(
     target = analytic_profile(model, cluster, training, parallel.tp_size, parallel.micro_batch_size, parallel.sequence_parallel)
     if profile is None:
         return target
-    from solver.profile_io import derive_profile
-
     as_measured = TrainingSpec(
         training.global_batch_size, profile.seq_length, training.precision, training.optimizer,
         training.train_tokens, profile.flash_attention,
