@@ -62,7 +62,7 @@ def resolve_profile(
         return target
     as_measured = TrainingSpec(
         training.global_batch_size, profile.seq_length, training.precision, training.optimizer,
-        training.train_tokens, profile.flash_attention,
+        training.train_tokens, profile.flash_attention, training.overlap_grad_reduce,
     )
     measured_at = analytic_profile(
         model, cluster, as_measured, profile.tp_size, profile.micro_batch_size, profile.sequence_parallel
@@ -145,6 +145,7 @@ def evaluate(
         times["dp_exposed"] = data_parallel_exposed_s(
             cluster, parallel, m, params, largest_layer, times["forward"], times["backward"] + times["recompute"],
             regather_for_recompute=framework is Framework.DEEPSPEED and any(full for _, full in members),
+            overlap_grad_reduce=training.overlap_grad_reduce,
         )
         shard = params / dp if parallel.zero_stage >= 1 else params
         times["optimizer"] = elementwise_time_s(cluster.gpu, optimizer_step_bytes_per_param(training.optimizer) * shard, kernels=4)

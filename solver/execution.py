@@ -53,6 +53,13 @@ class TrainingSpec:
     ``flash_attention`` says whether attention scores are materialised (False: the s x s score,
     softmax and dropout tensors go through HBM, as in Megatron-LM 2021-2022) or computed in a
     fused kernel that keeps them on chip (Dao et al. 2022, the default in current frameworks).
+
+    ``overlap_grad_reduce`` says whether the data-parallel gradient reduction (ZeRO 0-2) runs
+    bucket by bucket while the last backward pass is still computing (PyTorch DDP and FSDP,
+    Megatron-core's ``overlap_grad_reduce``, DeepSpeed ZeRO's ``overlap_comm``) or only after it
+    ends (False: Megatron-LM 2021-2022's local DDP calls ``allreduce_gradients`` after
+    ``forward_backward_func`` returns; DeepSpeed's pipeline engine schedules ``ReduceGrads``
+    after the last ``BackwardPass``).
     """
 
     global_batch_size: int
@@ -61,6 +68,7 @@ class TrainingSpec:
     optimizer: OptimizerKind = OptimizerKind.ADAM
     train_tokens: float | None = None
     flash_attention: bool = True
+    overlap_grad_reduce: bool = True
 
     def __post_init__(self) -> None:
         _positive_int("training.global_batch_size", self.global_batch_size)

@@ -50,6 +50,7 @@ def data_parallel_exposed_s(
     forward_s: float,
     backward_s: float,
     regather_for_recompute: bool = False,
+    overlap_grad_reduce: bool = True,
 ) -> float:
     """Seconds of one step's data-parallel gradient synchronisation and ZeRO parameter gathers,
     for one stage's DP group, that compute does not hide.
@@ -57,7 +58,9 @@ def data_parallel_exposed_s(
     ``forward_s`` / ``backward_s`` are one micro-batch's compute on this stage: the time that can
     hide collectives running on the side. ``regather_for_recompute``: ZeRO-3 gathers the
     parameters a third time for the recomputed forward (DeepSpeed's checkpointing re-enters the
-    gather hooks; FSDP keeps the backward gather for both).
+    gather hooks; FSDP keeps the backward gather for both). ``overlap_grad_reduce`` False: the
+    framework reduces gradients only after backward ends, so none of it is hidden (ZeRO 0-2;
+    ZeRO-3's per-layer collectives always run beside compute).
     """
     dp = parallel.dp_size
     if dp == 1:
@@ -69,6 +72,8 @@ def data_parallel_exposed_s(
     def beside_backward(sync_s: float) -> float:
         """A gradient sync run bucket by bucket during backward: what backward cannot cover,
         plus the last bucket, reduced after backward ends."""
+        if not overlap_grad_reduce:
+            return sync_s
         return max(0.0, sync_s - backward_s) + _last_bucket(sync_s, stage_parameter_count, largest_layer_parameter_count)
 
     zero = parallel.zero_stage

@@ -55,6 +55,24 @@ def test_evaluates_a_named_configuration(api):
     assert result["stages"][0]["num_layers"] == 24
 
 
+def test_gradient_sync_after_backward_shows_in_the_step(api):
+    """``overlap_grad_reduce: false`` (Megatron-LM's local DDP, DeepSpeed's pipeline engine) puts
+    the whole data-parallel sync on the step; the default hides it behind backward."""
+    parallel = body()["parallel"] | {"dp_size": 8, "tp_size": 1, "zero_stage": 0, "sequence_parallel": False}
+    hidden = api.post("/v1/evaluations", json=body(parallel=parallel)).json()["prediction"]
+    training = body()["training"] | {"overlap_grad_reduce": False}
+    response = api.post("/v1/evaluations", json=body(training=training, parallel=parallel))
+    assert response.status_code == 200, response.text
+    exposed = response.json()["prediction"]
+    assert exposed["breakdown_s"]["dp_comm_exposed_s"] > 5 * hidden["breakdown_s"]["dp_comm_exposed_s"] > 0
+    assert exposed["step_time_s"] - hidden["step_time_s"] == pytest.approx(
+        exposed["breakdown_s"]["dp_comm_exposed_s"] - hidden["breakdown_s"]["dp_comm_exposed_s"], rel=1e-6
+    )
+    bad = api.post("/v1/evaluations", json=body(training=body()["training"] | {"overlap_grad_reduce": "sometimes"}))
+    assert bad.status_code == 422
+    assert "body.training.overlap_grad_reduce" in error_fields(bad.json())
+
+
 def test_time_to_train_follows_train_tokens(api):
     training = body()["training"] | {"train_tokens": 3e11}
     prediction = api.post("/v1/evaluations", json=body(training=training)).json()["prediction"]

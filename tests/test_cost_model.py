@@ -227,6 +227,40 @@ def test_time_never_falls_when_a_link_gets_slower(selene):
         assert evaluate(model, laggy, train, par, num_gpus=par.num_gpus).prediction.step_time_s >= base
 
 
+def test_gradient_sync_after_backward_is_fully_exposed(selene):
+    """Megatron-LM 2021's local DDP and DeepSpeed's pipeline engine reduce gradients after the
+    last backward: the whole ring all-reduce (ZeRO-0) or reduce-scatter + all-gather (ZeRO-1)
+    lands on the step, where an overlapping framework hides all but the last bucket."""
+    from solver.comm import data_parallel_collective_s
+    from solver.schedule import GRAD_BYTES_PER_PARAM, WEIGHT_BYTES_PER_PARAM
+
+    model = catalog.get_model("gpt3-1.3b")
+    for zero, kinds in ((ZeroStage.NONE, ("all_reduce",)), (ZeroStage.OS, ("reduce_scatter", "all_gather"))):
+        par = ParallelConfig(32, 1, 1, zero, 4, Recompute.FULL)
+        overlapped = TrainingSpec(512, 2048, Precision.BF16)
+        after = dataclasses.replace(overlapped, overlap_grad_reduce=False)
+        hidden = evaluate(model, selene, overlapped, par, num_gpus=32).prediction
+        exposed = evaluate(model, selene, after, par, num_gpus=32).prediction
+        profile = analytic_profile(model, selene, overlapped, 1, 4, False)
+        params = sum(layer.parameter_count for layer in profile.layers)
+        bytes_per_param = {"all_reduce": GRAD_BYTES_PER_PARAM, "reduce_scatter": GRAD_BYTES_PER_PARAM,
+                           "all_gather": WEIGHT_BYTES_PER_PARAM}
+        expected = sum(data_parallel_collective_s(selene, 1, 32, bytes_per_param[k] * params, k) for k in kinds)
+        assert exposed.breakdown_s["dp_comm_exposed_s"] == pytest.approx(expected, rel=1e-9)
+        # Overlapped, the reduction shows only its last bucket (ZeRO-1's parameter all-gather
+        # after the optimizer step shows either way).
+        shown = expected - (data_parallel_collective_s(selene, 1, 32, WEIGHT_BYTES_PER_PARAM * params, "all_gather")
+                            if zero is ZeroStage.OS else 0.0)
+        assert hidden.breakdown_s["dp_comm_exposed_s"] < expected - 0.8 * shown
+        assert exposed.step_time_s - hidden.step_time_s == pytest.approx(
+            exposed.breakdown_s["dp_comm_exposed_s"] - hidden.breakdown_s["dp_comm_exposed_s"], rel=1e-9
+        )
+    # Without data parallelism there is nothing to sync either way.
+    solo = ParallelConfig(1, 8, 1, ZeroStage.NONE, 1, Recompute.FULL)
+    one = evaluate(model, selene, TrainingSpec(8, 2048, overlap_grad_reduce=False), solo, num_gpus=8).prediction
+    assert one.breakdown_s["dp_comm_exposed_s"] == 0.0
+
+
 # --- Catalog and purity --------------------------------------------------------------------------
 
 def test_catalog_entries_are_sourced_slugs_that_load():

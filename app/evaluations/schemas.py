@@ -28,6 +28,9 @@ class Training(BaseModel):
     optimizer: Literal["adam", "sgd"] = "adam"
     train_tokens: PositiveFloat | None = None
     flash_attention: bool = True
+    # False: the framework reduces data-parallel gradients only after the backward pass ends
+    # (Megatron-LM's local DDP, DeepSpeed's pipeline engine) instead of overlapping them with it.
+    overlap_grad_reduce: bool = True
 
 
 class Parallel(BaseModel):

@@ -26,6 +26,7 @@ def training_spec(training: Training) -> TrainingSpec:
             optimizer=training.optimizer,
             train_tokens=training.train_tokens,
             flash_attention=training.flash_attention,
+            overlap_grad_reduce=training.overlap_grad_reduce,
         )
     except SpecError as error:
         raise from_spec_error(error, "body") from None
