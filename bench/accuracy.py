@@ -141,14 +141,19 @@ def record_settings(record: dict, inputs: dict) -> dict:
     return {**sources[_source_key(record["id"], sources)], **inputs["records"].get(record["id"], {})}
 
 
-def training_for(record: dict, settings: dict, model: ModelSpec) -> TrainingSpec:
+def training_for(record: dict, settings: dict, model: ModelSpec, padded: bool = True) -> TrainingSpec:
+    """The record's training settings. ``padded``: cost a step at the mean padded sample length
+    where the source pads each batch only to its longest sample (``mean_padded_seq_length``);
+    False: at the full sequence length, which is what memory must hold."""
     gpus = record["cluster"]["gpus"]
+    full_length = record["model"].get("seq_len") or model.seq_length
     return TrainingSpec(
         global_batch_size=record["parallel"].get("global_batch") or settings["global_batch_per_gpu"] * gpus,
-        seq_length=record["model"].get("seq_len") or model.seq_length,
+        seq_length=(settings.get("mean_padded_seq_length") or full_length) if padded else full_length,
         precision=settings.get("precision", "bf16"),
         optimizer=settings.get("optimizer", "adam"),
         flash_attention=settings.get("flash_attention", True),
+        overlap_grad_reduce=settings.get("overlap_grad_reduce", True),
     )
 
 
@@ -176,6 +181,10 @@ def evaluate_record(record: dict, inputs: dict) -> RunResult:
     if best is None:
         return RunResult(record["id"], metric[0], metric[1], None, "", skipped="no legal configuration")
     _, _, parallel, ev = best
+    # Batches of the longest samples must still fit in memory.
+    fits = ev.feasible and evaluate(
+        model, cluster, training_for(record, settings, model, padded=False), parallel, num_gpus=gpus, framework=framework
+    ).feasible
     par = record["parallel"]
     filled = []
     if not par.get("micro_batch"):
@@ -184,7 +193,9 @@ def evaluate_record(record: dict, inputs: dict) -> RunResult:
         filled.append(f"v={parallel.virtual_stages}")
     if par.get("recompute") not in ("none", "selective", "full"):
         filled.append(f"rc={parallel.recompute.value}")
-    if not ev.feasible:
+    if settings.get("mean_padded_seq_length"):
+        filled.append(f"padded_len={settings['mean_padded_seq_length']}")
+    if not fits:
         filled.append("INFEASIBLE")
     return RunResult(record["id"], metric[0], metric[1], _predicted(metric[0], ev, gpus), " ".join(filled))
 
