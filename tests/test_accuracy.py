@@ -42,5 +42,5 @@ def test_megatron_runs_within_20_percent(results):
 def test_public_set_mape_does_not_degrade(results):
     mape, worst, count = summary(results)
     assert count == 20
-    assert mape <= 0.16
-    assert worst <= 0.37
+    assert mape <= 0.135
+    assert worst <= 0.30
