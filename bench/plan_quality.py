@@ -101,7 +101,8 @@ def main() -> int:
             print(f"{record['id']:46} skipped: no model shape")
             continue
         cluster = _cluster_for(record, settings)
-        training = training_for(record, settings, model)
+        # Plans must hold the longest batch, so both layouts are costed at the full length.
+        training = training_for(record, settings, model, padded=False)
         framework = Framework(settings.get("framework", "any"))
         gpus = record["cluster"]["gpus"]
         published = published_best(record, settings, model, cluster, training, framework)
