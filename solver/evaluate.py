@@ -7,6 +7,8 @@ in ``solver.schedule`` and ``solver.memory``, each with its source.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from solver.analytic import analytic_profile
 from solver.compute import elementwise_time_s
 from solver.errors import SpecError
@@ -60,10 +62,7 @@ def resolve_profile(
     target = analytic_profile(model, cluster, training, parallel.tp_size, parallel.micro_batch_size, parallel.sequence_parallel)
     if profile is None:
         return target
-    as_measured = TrainingSpec(
-        training.global_batch_size, profile.seq_length, training.precision, training.optimizer,
-        training.train_tokens, profile.flash_attention, training.overlap_grad_reduce,
-    )
+    as_measured = replace(training, seq_length=profile.seq_length, flash_attention=profile.flash_attention)
     measured_at = analytic_profile(
         model, cluster, as_measured, profile.tp_size, profile.micro_batch_size, profile.sequence_parallel
     )
