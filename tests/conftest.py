@@ -9,7 +9,9 @@ a reachable server the Postgres tests are skipped locally and fail in CI (CI=tru
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -87,6 +89,16 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def stop_process_group(process: subprocess.Popen) -> None:
+    """Stop a server started in its own process group: SIGTERM, then SIGKILL after 30 s."""
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 @dataclass

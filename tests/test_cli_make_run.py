@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 import httpx
 
-from conftest import free_port
+from conftest import free_port, stop_process_group
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 600  # make run installs the pinned dependencies if .venv is not current
@@ -62,9 +61,4 @@ def test_make_run_serves_the_readme_examples(tmp_path):
         assert evaluation.status_code == 200 and evaluation.json()["feasible"] is True
         assert (tmp_path / "make-run.db").exists()
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_process_group(server)

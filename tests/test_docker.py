@@ -8,7 +8,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from conftest import free_port
+from conftest import free_port, stop_process_group
 
 REPO = Path(__file__).resolve().parents[1]
 INSTALL_TIMEOUT_S = 900
@@ -149,9 +148,4 @@ def test_image_install_and_start_sequence(tmp_path):
         assert ready.status_code == 200, ready.text  # the migrations ran at start
         assert (paths["/data"] / "partitura.db").exists()
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_process_group(server)
