@@ -154,6 +154,7 @@ def training_for(record: dict, settings: dict, model: ModelSpec, padded: bool = 
         optimizer=settings.get("optimizer", "adam"),
         flash_attention=settings.get("flash_attention", True),
         overlap_grad_reduce=settings.get("overlap_grad_reduce", True),
+        fused_kernels=settings.get("fused_kernels", True),
     )
 
 

@@ -15,7 +15,7 @@ Sources:
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from solver.comm import all_reduce_s, tp_link
@@ -42,13 +42,30 @@ BACKWARD_TO_FORWARD = 2.0  # dgrad + wgrad GEMMs, each as costly as the forward 
 ELEMENTWISE_BACKWARD_TO_FORWARD = 1.5
 
 FLASH_BACKWARD_TO_FORWARD = 2.5  # FlashAttention-2 (Dao 2023): backward recomputes the scores
-# Element-wise bytes per score element of unfused attention, forward: fused scale-mask-softmax
-# reads and writes 16 bits (4 bytes), dropout reads and writes 16 bits and a 1-byte mask (5).
-UNFUSED_SCORE_BYTES = 9
-# Element-wise bytes per token x hidden element, forward: two LayerNorms read+write 16 bits (8),
-# two fused bias-dropout-add kernels read 2 tensors, write 1 and a mask (2 x 7 = 14).
-NORM_AND_RESIDUAL_BYTES = 8 + 14
-ELEMENTWISE_KERNELS_PER_LAYER = 8  # norms, residual adds, activation, softmax, dropout
+
+
+@dataclass(frozen=True)
+class ElementwiseCost:
+    """Forward HBM bytes of a layer's element-wise work, 16-bit tensors (2 bytes per element)."""
+
+    score_bytes: int  # per attention score element (materialised attention only)
+    hidden_bytes: int  # per token x hidden element: norms, dropouts, residual adds
+    head_copy_bytes: int  # per token x (q + k + v + context) width element: layout copies
+    kernels: int  # kernel launches per layer, forward
+
+
+# Megatron-LM's fused kernels (Shoeybi et al. 2019; Megatron-LM fused_kernels/, fused_bias_gelu,
+# fused_bias_dropout_add): one scale-mask-softmax kernel reads and writes the scores (4 bytes),
+# dropout reads and writes them plus a 1-byte mask (5); two LayerNorms read and write (2 x 4);
+# two bias-dropout-add kernels read 2 tensors, write 1 and a mask (2 x 7). QKV is split into heads
+# by a view, no copy.
+FUSED = ElementwiseCost(score_bytes=4 + 5, hidden_bytes=8 + 14, head_copy_bytes=0, kernels=8)
+# Eager PyTorch, one kernel per operation (NVIDIA DeepLearningExamples BERT modeling.py,
+# BertSelfAttention / BertSelfOutput / BertOutput): the scores are scaled, masked, soft-maxed
+# and dropped out by four kernels (4 + 4 + 4 + 5 bytes); two LayerNorms (2 x 4); two dropouts
+# (2 x 5) and two residual adds (2 x 6); Q, K and V are permuted into heads and the context back
+# by copies (torch.matmul cannot fold the permuted batch dimensions): 4 bytes per element.
+EAGER = ElementwiseCost(score_bytes=4 + 4 + 4 + 5, hidden_bytes=8 + 10 + 12, head_copy_bytes=4, kernels=12)
 # Cross-entropy over fp32 logits: convert, max, exp-sum and loss passes (~12 bytes per logit) each way.
 CROSS_ENTROPY_BYTES = 12
 
@@ -65,10 +82,12 @@ def _activation_all_reduce_s(cluster: ClusterSpec, tokens: float, hidden_size: i
 
 
 def _layer_profile(
-    model: ModelSpec, cluster: ClusterSpec, precision: Precision, flash: bool,
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     tp_size: int, micro_batch_size: int, seq_length: int, sequence_parallel: bool, index: int,
 ) -> LayerProfile:
     gpu: GpuSpec = cluster.gpu
+    precision, flash = training.precision, training.flash_attention
+    elementwise = FUSED if training.fused_kernels else EAGER
     t, b, s = tp_size, micro_batch_size, seq_length
     h, a, kv, f = model.hidden_size, model.num_attention_heads, model.kv_hidden_size, model.ffn_hidden_size
     d = model.head_dim
@@ -97,10 +116,11 @@ def _layer_profile(
             gpu, precision16, s, d, s, heads_local
         )
         attention_backward_s = BACKWARD_TO_FORWARD * attention_forward_s
-        score_elementwise_s = elementwise_time_s(gpu, UNFUSED_SCORE_BYTES * heads_local * s * s, kernels=2)
+        score_elementwise_s = elementwise_time_s(gpu, elementwise.score_bytes * heads_local * s * s, kernels=2)
     activation_fn_bytes = (6 if swiglu else 4) * tokens * f / t
+    head_copy_bytes = elementwise.head_copy_bytes * tokens * (2 * h + 2 * kv) / t
     other_elementwise_s = elementwise_time_s(
-        gpu, NORM_AND_RESIDUAL_BYTES * tokens_local * h + activation_fn_bytes, kernels=ELEMENTWISE_KERNELS_PER_LAYER
+        gpu, elementwise.hidden_bytes * tokens_local * h + activation_fn_bytes + head_copy_bytes, kernels=elementwise.kernels
     )
     forward_s = gemm_forward_s + attention_forward_s + score_elementwise_s + other_elementwise_s
     backward_s = (
@@ -218,7 +238,7 @@ def analytic_profile(
     """
     seq = training.seq_length
     args = (tp_size, micro_batch_size, seq, sequence_parallel)
-    layer = _layer_profile(model, cluster, training.precision, training.flash_attention, *args, index=0)
+    layer = _layer_profile(model, cluster, training, *args, index=0)
     layers = [_embedding_profile(model, cluster, *args)]
     layers += [layer if i == 0 else replace(layer, name=f"layer.{i}") for i in range(model.num_layers)]
     layers.append(_head_profile(model, cluster, training.precision, *args))

@@ -60,6 +60,12 @@ class TrainingSpec:
     ends (False: Megatron-LM 2021-2022's local DDP calls ``allreduce_gradients`` after
     ``forward_backward_func`` returns; DeepSpeed's pipeline engine schedules ``ReduceGrads``
     after the last ``BackwardPass``).
+
+    ``fused_kernels`` says whether the element-wise work around the GEMMs runs in fused kernels
+    (Megatron-LM / Transformer Engine: fused scale-mask-softmax, bias-GeLU, bias-dropout-add) or
+    as one eager PyTorch kernel per operation, each reading and writing its tensors through HBM
+    (False: e.g. NVIDIA DeepLearningExamples BERT, Hugging Face style model code). See
+    ``solver.analytic`` for the bytes each choice moves.
     """
 
     global_batch_size: int
@@ -69,6 +75,7 @@ class TrainingSpec:
     train_tokens: float | None = None
     flash_attention: bool = True
     overlap_grad_reduce: bool = True
+    fused_kernels: bool = True
 
     def __post_init__(self) -> None:
         _positive_int("training.global_batch_size", self.global_batch_size)

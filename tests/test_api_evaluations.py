@@ -73,6 +73,22 @@ def test_gradient_sync_after_backward_shows_in_the_step(api):
     assert "body.training.overlap_grad_reduce" in error_fields(bad.json())
 
 
+def test_eager_kernels_slow_the_element_wise_work_only(api):
+    """``fused_kernels: false`` (eager PyTorch model code) moves more bytes through HBM for the
+    same GEMMs: compute time rises, communication stays, and a non-boolean is a 422."""
+    fused = api.post("/v1/evaluations", json=body()).json()["prediction"]
+    training = body()["training"] | {"fused_kernels": False}
+    response = api.post("/v1/evaluations", json=body(training=training))
+    assert response.status_code == 200, response.text
+    eager = response.json()["prediction"]
+    assert eager["breakdown_s"]["compute_s"] > 1.03 * fused["breakdown_s"]["compute_s"]
+    assert eager["breakdown_s"]["tp_comm_s"] == pytest.approx(fused["breakdown_s"]["tp_comm_s"], rel=1e-9)
+    assert eager["model_tflops_per_gpu"] < fused["model_tflops_per_gpu"]
+    bad = api.post("/v1/evaluations", json=body(training=body()["training"] | {"fused_kernels": "partly"}))
+    assert bad.status_code == 422
+    assert "body.training.fused_kernels" in error_fields(bad.json())
+
+
 def test_time_to_train_follows_train_tokens(api):
     training = body()["training"] | {"train_tokens": 3e11}
     prediction = api.post("/v1/evaluations", json=body(training=training)).json()["prediction"]

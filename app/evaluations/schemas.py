@@ -31,6 +31,9 @@ class Training(BaseModel):
     # False: the framework reduces data-parallel gradients only after the backward pass ends
     # (Megatron-LM's local DDP, DeepSpeed's pipeline engine) instead of overlapping them with it.
     overlap_grad_reduce: bool = True
+    # False: element-wise work runs as one eager PyTorch kernel per operation (Hugging Face or
+    # DeepLearningExamples style model code) instead of Megatron-style fused kernels.
+    fused_kernels: bool = True
 
 
 class Parallel(BaseModel):

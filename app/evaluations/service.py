@@ -27,6 +27,7 @@ def training_spec(training: Training) -> TrainingSpec:
             train_tokens=training.train_tokens,
             flash_attention=training.flash_attention,
             overlap_grad_reduce=training.overlap_grad_reduce,
+            fused_kernels=training.fused_kernels,
         )
     except SpecError as error:
         raise from_spec_error(error, "body") from None
