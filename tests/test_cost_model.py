@@ -261,6 +261,25 @@ def test_gradient_sync_after_backward_is_fully_exposed(selene):
     assert one.breakdown_s["dp_comm_exposed_s"] == 0.0
 
 
+@pytest.mark.parametrize("flash", [False, True])
+def test_eager_kernels_cost_time_never_memory(selene, flash):
+    """Eager element-wise kernels move more bytes than fused ones: every configuration is slower
+    (or as fast), and no memory figure changes."""
+    model = catalog.get_model("gpt3-175b")
+    fused = TrainingSpec(512, 2048, Precision.BF16, flash_attention=flash)
+    eager = dataclasses.replace(fused, fused_kernels=False)
+    for par in (
+        ParallelConfig(8, 8, 16, ZeroStage.OS, 1, Recompute.SELECTIVE, 2, True),
+        ParallelConfig(16, 8, 8, ZeroStage.NONE, 2, Recompute.FULL),
+        ParallelConfig(128, 1, 1, ZeroStage.OS_G_P, 2, Recompute.FULL),
+    ):
+        a = evaluate(model, selene, fused, par, num_gpus=par.num_gpus)
+        b = evaluate(model, selene, eager, par, num_gpus=par.num_gpus)
+        assert b.prediction.step_time_s > a.prediction.step_time_s
+        assert b.prediction.breakdown_s["tp_comm_s"] == a.prediction.breakdown_s["tp_comm_s"]
+        assert [s.peak_bytes for s in b.stages] == [s.peak_bytes for s in a.stages]
+
+
 def test_eager_element_wise_kernels_match_a_measured_pytorch_layer():
     """Ivanov et al. 2021, "Data Movement Is All You Need" (MLSys; arXiv 2007.00072), profiled a
     BERT-large encoder layer (batch 8, sequence 512, fp16, V100) in PyTorch: tensor contractions
