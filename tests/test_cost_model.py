@@ -263,8 +263,9 @@ def test_gradient_sync_after_backward_is_fully_exposed(selene):
 
 @pytest.mark.parametrize("flash", [False, True])
 def test_eager_kernels_cost_time_never_memory(selene, flash):
-    """Eager element-wise kernels move more bytes than fused ones: every configuration is slower
-    (or as fast), and no memory figure changes."""
+    """Eager element-wise kernels move more bytes than fused ones: no configuration gets faster
+    and no memory figure changes. Where compute sets the pace the step is strictly slower; in the
+    ZeRO-3 layout the parameter gathers set it, and the longer compute only hides more of them."""
     model = catalog.get_model("gpt3-175b")
     fused = TrainingSpec(512, 2048, Precision.BF16, flash_attention=flash)
     eager = dataclasses.replace(fused, fused_kernels=False)
@@ -275,7 +276,12 @@ def test_eager_kernels_cost_time_never_memory(selene, flash):
     ):
         a = evaluate(model, selene, fused, par, num_gpus=par.num_gpus)
         b = evaluate(model, selene, eager, par, num_gpus=par.num_gpus)
-        assert b.prediction.step_time_s > a.prediction.step_time_s
+        assert b.prediction.breakdown_s["compute_s"] > a.prediction.breakdown_s["compute_s"]
+        if par.zero_stage is ZeroStage.OS_G_P:
+            assert b.prediction.step_time_s == pytest.approx(a.prediction.step_time_s, rel=1e-9)
+            assert b.prediction.breakdown_s["dp_comm_exposed_s"] < a.prediction.breakdown_s["dp_comm_exposed_s"]
+        else:
+            assert b.prediction.step_time_s > a.prediction.step_time_s
         assert b.prediction.breakdown_s["tp_comm_s"] == a.prediction.breakdown_s["tp_comm_s"]
         assert [s.peak_bytes for s in b.stages] == [s.peak_bytes for s in a.stages]
 
