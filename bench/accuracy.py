@@ -23,6 +23,7 @@ import catalog  # noqa: E402
 from solver.errors import SpecError  # noqa: E402
 from solver.evaluate import evaluate  # noqa: E402
 from solver.execution import Framework, ParallelConfig, Recompute, TrainingSpec, ZeroStage  # noqa: E402
+from solver.flops import total_parameter_count  # noqa: E402
 from solver.model import Architecture, ModelSpec  # noqa: E402
 from solver.result import Evaluation  # noqa: E402
 
@@ -101,13 +102,44 @@ def _metric(measured: dict) -> tuple[str, float] | None:
     return None
 
 
-def _predicted(metric: str, evaluation: Evaluation, num_gpus: int) -> float:
+def gpt_neox_logged_parameter_count(model: ModelSpec, tp_size: int) -> int:
+    """The parameter count GPT-NeoX's logger uses (``megatron/utils.py`` ``get_total_params``):
+    every model-parallel rank's local count, summed. Layer norms and the biases of row-parallel
+    GEMMs (attention output, MLP down-projection) are whole on each tensor-parallel rank, so they
+    count tp_size times."""
+    h = model.hidden_size
+    replicated_per_layer = 2 * (2 * h) + 2 * h  # two layer norms (weight, bias), two row-parallel biases
+    replicated = model.num_layers * replicated_per_layer + 2 * h  # + the final layer norm
+    return total_parameter_count(model) + (tp_size - 1) * replicated
+
+
+def gpt_neox_2022_flops_per_token(model: ModelSpec, seq_length: int, tp_size: int) -> float:
+    """FLOPs per token by GPT-NeoX's logger as it stood from 2021 until September 2023
+    (``megatron/logging.py`` ``get_flops``, replaced by PR #1044): 6 * params for the dense
+    layers plus 60 * s * h * L for attention, with no term for activation recomputation."""
+    params = gpt_neox_logged_parameter_count(model, tp_size)
+    return 6.0 * params + 60.0 * seq_length * model.hidden_size * model.num_layers
+
+
+def _reported_tflops_per_gpu(evaluation: Evaluation, settings: dict, model: ModelSpec, seq_length: int, num_gpus: int, tp_size: int) -> float:
+    """The predicted step expressed in the record's own TFLOP/s convention: Megatron-LM's eq. 3
+    (hardware FLOPs, recompute included) unless the source counted another way."""
+    p = evaluation.prediction
+    convention = settings.get("reported_flops", "megatron")
+    if convention == "megatron":
+        return p.hardware_tflops_per_gpu
+    if convention == "gpt_neox_2022":
+        return p.tokens_per_s * gpt_neox_2022_flops_per_token(model, seq_length, tp_size) / num_gpus / 1e12
+    raise ValueError(f"unknown reported_flops convention {convention!r}")
+
+
+def _predicted(metric: str, evaluation: Evaluation, num_gpus: int, reported_tflops: float) -> float:
     p = evaluation.prediction
     return {
         "iteration_time_s": p.step_time_s,
         "tokens_per_sec_per_gpu": p.tokens_per_s / num_gpus,
         "sequences_per_sec": p.samples_per_s,
-        "tflops_per_gpu": p.hardware_tflops_per_gpu,
+        "tflops_per_gpu": reported_tflops,
         "mfu": p.mfu,
     }[metric]
 
@@ -198,7 +230,8 @@ def evaluate_record(record: dict, inputs: dict) -> RunResult:
         filled.append(f"padded_len={settings['mean_padded_seq_length']}")
     if not fits:
         filled.append("INFEASIBLE")
-    return RunResult(record["id"], metric[0], metric[1], _predicted(metric[0], ev, gpus), " ".join(filled))
+    reported = _reported_tflops_per_gpu(ev, settings, model, training.seq_length, gpus, parallel.tp_size)
+    return RunResult(record["id"], metric[0], metric[1], _predicted(metric[0], ev, gpus, reported), " ".join(filled))
 
 
 def evaluate_all() -> list[RunResult]:
