@@ -228,6 +228,8 @@ def evaluate_record(record: dict, inputs: dict) -> RunResult:
         filled.append(f"rc={parallel.recompute.value}")
     if settings.get("mean_padded_seq_length"):
         filled.append(f"padded_len={settings['mean_padded_seq_length']}")
+    if metric[0] == "tflops_per_gpu" and settings.get("reported_flops", "megatron") != "megatron":
+        filled.append(f"flops={settings['reported_flops']}")
     if not fits:
         filled.append("INFEASIBLE")
     reported = _reported_tflops_per_gpu(ev, settings, model, training.seq_length, gpus, parallel.tp_size)
