@@ -121,25 +121,25 @@ def gpt_neox_2022_flops_per_token(model: ModelSpec, seq_length: int, tp_size: in
     return 6.0 * params + 60.0 * seq_length * model.hidden_size * model.num_layers
 
 
-def _reported_tflops_per_gpu(evaluation: Evaluation, settings: dict, model: ModelSpec, seq_length: int, num_gpus: int, tp_size: int) -> float:
-    """The predicted step expressed in the record's own TFLOP/s convention: Megatron-LM's eq. 3
-    (hardware FLOPs, recompute included) unless the source counted another way."""
-    p = evaluation.prediction
-    convention = settings.get("reported_flops", "megatron")
+def _reported_flops_per_token(convention: str, model: ModelSpec, seq_length: int, tp_size: int) -> float | None:
+    """FLOPs per token in the record's own TFLOP/s convention; None for Megatron-LM's eq. 3, which
+    is the evaluation's hardware FLOPs (recompute included)."""
     if convention == "megatron":
-        return p.hardware_tflops_per_gpu
+        return None
     if convention == "gpt_neox_2022":
-        return p.tokens_per_s * gpt_neox_2022_flops_per_token(model, seq_length, tp_size) / num_gpus / 1e12
+        return gpt_neox_2022_flops_per_token(model, seq_length, tp_size)
     raise ValueError(f"unknown reported_flops convention {convention!r}")
 
 
-def _predicted(metric: str, evaluation: Evaluation, num_gpus: int, reported_tflops: float) -> float:
+def _predicted(metric: str, evaluation: Evaluation, num_gpus: int, flops_per_token: float | None) -> float:
     p = evaluation.prediction
     return {
         "iteration_time_s": p.step_time_s,
         "tokens_per_sec_per_gpu": p.tokens_per_s / num_gpus,
         "sequences_per_sec": p.samples_per_s,
-        "tflops_per_gpu": reported_tflops,
+        "tflops_per_gpu": (
+            p.hardware_tflops_per_gpu if flops_per_token is None else p.tokens_per_s * flops_per_token / num_gpus / 1e12
+        ),
         "mfu": p.mfu,
     }[metric]
 
@@ -228,12 +228,13 @@ def evaluate_record(record: dict, inputs: dict) -> RunResult:
         filled.append(f"rc={parallel.recompute.value}")
     if settings.get("mean_padded_seq_length"):
         filled.append(f"padded_len={settings['mean_padded_seq_length']}")
-    if metric[0] == "tflops_per_gpu" and settings.get("reported_flops", "megatron") != "megatron":
-        filled.append(f"flops={settings['reported_flops']}")
+    convention = settings.get("reported_flops", "megatron")
+    flops_per_token = _reported_flops_per_token(convention, model, training.seq_length, parallel.tp_size)
+    if metric[0] == "tflops_per_gpu" and flops_per_token is not None:
+        filled.append(f"flops={convention}")
     if not fits:
         filled.append("INFEASIBLE")
-    reported = _reported_tflops_per_gpu(ev, settings, model, training.seq_length, gpus, parallel.tp_size)
-    return RunResult(record["id"], metric[0], metric[1], _predicted(metric[0], ev, gpus, reported), " ".join(filled))
+    return RunResult(record["id"], metric[0], metric[1], _predicted(metric[0], ev, gpus, flops_per_token), " ".join(filled))
 
 
 def evaluate_all() -> list[RunResult]:
