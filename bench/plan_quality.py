@@ -28,12 +28,13 @@ from bench.accuracy import (  # noqa: E402
     record_settings,
     training_for,
 )
-from solver.errors import SpecError  # noqa: E402
-from solver.evaluate import evaluate  # noqa: E402
-from solver.execution import Framework, ParallelConfig  # noqa: E402
-from solver.result import Evaluation  # noqa: E402
-from solver.search import search  # noqa: E402
-from solver.search_types import Constraints, SearchRequest  # noqa: E402
+from solver.spec.errors import SpecError
+from solver.cost.evaluate import evaluate
+from solver.spec.training import Framework
+from solver.spec.parallel import ParallelConfig
+from solver.cost.result import Evaluation
+from solver.search.loop import search
+from solver.search.request import Constraints, SearchRequest
 
 RELATIVE_SLACK = 1e-9  # "at least": equal predictions (the same plan) pass
 BREAKDOWN_NAMES = {

@@ -21,11 +21,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import catalog  # noqa: E402
-from solver.analytic import analytic_profile  # noqa: E402
-from solver.evaluate import evaluate  # noqa: E402
-from solver.execution import Recompute, TrainingSpec  # noqa: E402
-from solver.search import search  # noqa: E402
-from solver.search_types import Constraints, SearchRequest  # noqa: E402
+from solver.cost.analytic import analytic_profile
+from solver.cost.evaluate import evaluate
+from solver.spec.training import Recompute, TrainingSpec
+from solver.search.loop import search
+from solver.search.request import Constraints, SearchRequest
 
 RUNS = 5
 TARGETS_S = {"gpt3-175b": 1.0, "megatron-1t": 3.0}
@@ -113,10 +113,12 @@ def partition_solvers() -> None:
     from one with +/-2% per-layer noise (as a measured profile would have)."""
     import random
 
-    from solver.execution import ParallelConfig, ZeroStage
-    from solver.partition import partition_problem, solve_fast
-    from solver.search_chain import solve_chain
-    from solver.search_cpsat import solve_cpsat
+    from solver.spec.parallel import ParallelConfig
+    from solver.spec.training import ZeroStage
+    from solver.partition.problem import partition_problem
+    from solver.partition.fast import solve_fast
+    from solver.partition.chain import solve_chain
+    from solver.partition.cpsat import solve_cpsat
 
     model = catalog.get_model("megatron-1t")
     nodes = cluster("dgx-a100-80gb", 3072)

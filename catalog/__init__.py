@@ -15,10 +15,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from solver.errors import SpecError
-from solver.execution import Precision
-from solver.hardware import ClusterSpec, GpuSpec
-from solver.model import ModelSpec
+from solver.spec.errors import SpecError
+from solver.spec.training import Precision
+from solver.spec.hardware import ClusterSpec, GpuSpec
+from solver.spec.model import ModelSpec
 
 DATA_DIR = Path(__file__).parent / "data"
 GIB_BYTES = 2**30

@@ -7,7 +7,7 @@ a CPU):
 - a memory-bandwidth probe: a streaming element-wise add ``c = a + b`` over tensors far larger
   than any cache (3 bytes moved per byte of output element... read a, read b, write c).
 
-Then fits the knobs of ``solver.compute``'s GEMM model (``gemm_time_s``: roofline of
+Then fits the knobs of ``solver.cost.compute``'s GEMM model (``gemm_time_s``: roofline of
 ``peak x gemm_efficiency x prod(d / (d + gemm_saturation_dim))`` against HBM at
 ``hbm_efficiency``, plus a launch latency) to the measured GEMM times by a grid search on
 (gemm_efficiency, gemm_saturation_dim) minimising the squared log error, so the catalog numbers
@@ -32,10 +32,10 @@ import numpy as np
 import torch
 
 from profiler.measure import DTYPES, device_name
-from solver.compute import gemm_time_s
-from solver.errors import SpecError
-from solver.execution import Precision
-from solver.hardware import GpuSpec
+from solver.cost.compute import gemm_time_s
+from solver.spec.errors import SpecError
+from solver.spec.training import Precision
+from solver.spec.hardware import GpuSpec
 
 GB = 1e9  # the catalog states bandwidth in decimal GB/s
 TERA = 1e12
@@ -114,7 +114,7 @@ def stream_bytes_per_s(device: torch.device, warmup: int, repeats: int) -> float
 
 
 def fit_gemm_model(gpu: GpuSpec, precision: Precision, samples: list[GemmSample]) -> tuple[float, float, float]:
-    """(gemm_efficiency, gemm_saturation_dim, rms log error) that make ``solver.compute.gemm_time_s``
+    """(gemm_efficiency, gemm_saturation_dim, rms log error) that make ``solver.cost.compute.gemm_time_s``
     reproduce the measured GEMM times best (grid search, deterministic)."""
     measured = np.log([s.seconds for s in samples])
     best = (math.inf, 0.0, 0.0)
@@ -185,7 +185,7 @@ def calibrate(
                 "gemm_saturation_dim": statistics.median(saturations),
                 "hbm_efficiency": round(hbm_efficiency, 4),
                 "sources": {
-                    "gemm_efficiency": f"{where}: fit of solver.compute.gemm_time_s to a sweep of square "
+                    "gemm_efficiency": f"{where}: fit of solver.cost.compute.gemm_time_s to a sweep of square "
                     f"and skinny GEMMs (rms log error {fit_errors}), fraction of the stated peak",
                     "gemm_saturation_dim": f"{where}: same fit (median over precisions)",
                     "hbm_efficiency": f"{where}: streaming bf16 add c = a + b over "

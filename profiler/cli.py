@@ -15,8 +15,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from solver.errors import SpecError
-from solver.execution import Precision
+from solver.spec.errors import SpecError
+from solver.spec.training import Precision
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -97,7 +97,7 @@ def register(subparsers: Any) -> None:
 
 def load_model(reference: str):
     """A ModelSpec from a catalog name or a JSON file (a model spec, or a document with "model")."""
-    from solver.profile_io import model_from_dict
+    from solver.io.profile_format import model_from_dict
 
     path = Path(reference)
     if path.suffix == ".json" or path.exists():
@@ -164,7 +164,7 @@ def run_profile(args: argparse.Namespace) -> int:
     try:
         torch_module = _torch(args.threads)
         from profiler.measure import ProfileSettings, profile_model
-        from solver.profile_io import profile_document
+        from solver.io.profile_format import profile_document
 
         model = load_model(args.model)
         settings = ProfileSettings(
@@ -202,7 +202,7 @@ def _comparison(document, cluster_name: str) -> str:
 
 def run_compare(args: argparse.Namespace) -> int:
     """Handler of ``partitura compare-profile``; prints the table, returns the exit status."""
-    from solver.profile_io import parse_profile_document
+    from solver.io.profile_format import parse_profile_document
 
     try:
         try:
@@ -231,7 +231,7 @@ def _upload_and_report(document: dict, url: str | None) -> int:
 def run_import_pipedream(args: argparse.Namespace) -> int:
     """Handler of ``partitura import-pipedream``; returns the exit status (no torch needed)."""
     from profiler.pipedream import import_pipedream
-    from solver.profile_io import profile_document
+    from solver.io.profile_format import profile_document
 
     try:
         try:
@@ -277,7 +277,7 @@ def match_catalog_gpu(name: str, memory_gib: float | None) -> str:
 
 def _calibration_gpu(args: argparse.Namespace, torch_module, device: str):
     from catalog import CatalogError, get_gpu
-    from solver.hardware import GpuSpec
+    from solver.spec.hardware import GpuSpec
 
     if args.peak_tflops is not None or args.hbm_gbytes_per_s is not None:
         if args.peak_tflops is None or args.hbm_gbytes_per_s is None:

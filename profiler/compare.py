@@ -1,6 +1,6 @@
 """How far the analytic model is from a measurement: per-layer ratios, measured / analytic.
 
-Pure (no torch): it compares a validated profile document with ``solver.analytic``'s profile at
+Pure (no torch): it compares a validated profile document with ``solver.cost.analytic``'s profile at
 the same configuration on a given cluster (its GPU type supplies the peaks and efficiencies).
 """
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from solver.analytic import analytic_profile
-from solver.execution import TrainingSpec
-from solver.hardware import ClusterSpec
-from solver.profile_io import ProfileDocument
+from solver.cost.analytic import analytic_profile
+from solver.spec.training import TrainingSpec
+from solver.spec.hardware import ClusterSpec
+from solver.io.profile_format import ProfileDocument
 
 COMPARED_FIELDS = ("forward_s", "backward_s", "activation_bytes", "parameter_count")
 

@@ -2,7 +2,7 @@
 
 Under Megatron-style tensor parallelism (Shoeybi et al. 2019, Sec 3) a GPU holds 1/tp_size of
 the attention heads, of the MLP's inner width and of the vocabulary; the collectives that join
-the shares are not run here (one GPU cannot measure them; ``solver.profile_io.derive_profile``
+the shares are not run here (one GPU cannot measure them; ``solver.cost.derive.derive_profile``
 takes them from the analytic model). The blocks are pre-norm: LayerNorm with biases and a GELU
 MLP for GPT/BERT/OPT-style specs, RMSNorm without biases and a SwiGLU MLP for Llama-style specs
 (Touvron et al. 2023). Rotary embeddings (Su et al. 2021) are applied to q and k when the spec
@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from solver.errors import SpecError
-from solver.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding
+from solver.spec.errors import SpecError
+from solver.spec.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding
 
 
 @dataclass(frozen=True)

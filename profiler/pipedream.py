@@ -18,11 +18,11 @@ import re
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from solver.errors import SpecError
-from solver.execution import Precision
-from solver.model import ModelSpec
-from solver.profile import LayerKind, LayerProfile, ModelProfile, Origin
-from solver.profile_io import ProfileDocument, check_integer
+from solver.spec.errors import SpecError
+from solver.spec.training import Precision
+from solver.spec.model import ModelSpec
+from solver.cost.profile import LayerKind, LayerProfile, ModelProfile, Origin
+from solver.io.profile_format import ProfileDocument, check_integer
 
 MS_PER_S = 1000.0
 PIPEDREAM_PARAMETER_BYTES = 4  # fp32, see above

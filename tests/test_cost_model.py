@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 
 import catalog
-from solver.analytic import analytic_profile
-from solver.errors import SpecError
-from solver.evaluate import evaluate
-from solver.execution import OptimizerKind, ParallelConfig, Precision, Recompute, TrainingSpec, ZeroStage
-from solver.flops import hardware_flops_per_iteration, model_flops_per_iteration, total_parameter_count
-from solver.memory import in_flight_micro_batches, model_state_bytes
-from solver.model import ModelSpec
-from solver.schedule import pipeline_bubble_fraction
+from solver.cost.analytic import analytic_profile
+from solver.spec.errors import SpecError
+from solver.cost.evaluate import evaluate
+from solver.spec.training import OptimizerKind, Precision, Recompute, TrainingSpec, ZeroStage
+from solver.spec.parallel import ParallelConfig
+from solver.cost.flops import hardware_flops_per_iteration, model_flops_per_iteration, total_parameter_count
+from solver.cost.memory import in_flight_micro_batches, model_state_bytes
+from solver.spec.model import ModelSpec
+from solver.cost.schedule import pipeline_bubble_fraction
 
 GB = 1e9
 GIB = 2**30
@@ -231,8 +232,8 @@ def test_gradient_sync_after_backward_is_fully_exposed(selene):
     """Megatron-LM 2021's local DDP and DeepSpeed's pipeline engine reduce gradients after the
     last backward: the whole ring all-reduce (ZeRO-0) or reduce-scatter + all-gather (ZeRO-1)
     lands on the step, where an overlapping framework hides all but the last bucket."""
-    from solver.comm import data_parallel_collective_s
-    from solver.schedule import GRAD_BYTES_PER_PARAM, WEIGHT_BYTES_PER_PARAM
+    from solver.cost.comm import data_parallel_collective_s
+    from solver.cost.schedule import GRAD_BYTES_PER_PARAM, WEIGHT_BYTES_PER_PARAM
 
     model = catalog.get_model("gpt3-1.3b")
     for zero, kinds in ((ZeroStage.NONE, ("all_reduce",)), (ZeroStage.OS, ("reduce_scatter", "all_gather"))):
@@ -292,7 +293,7 @@ def test_eager_element_wise_kernels_match_a_measured_pytorch_layer():
     are 99.8% of its FLOPs but 61% of its runtime (Table 1); the rest is normalisations and
     element-wise operators. Their fully fused and layout-tuned layer ran 1.30x faster, an upper
     bound for fusion alone. The eager model reproduces both."""
-    from solver.compute import gemm_time_s
+    from solver.cost.compute import gemm_time_s
 
     model = catalog.get_model("bert-large")
     v100 = catalog.cluster_spec_from_dict({**catalog.get_entry("nodes", "dgx1-v100"), "num_nodes": 1})

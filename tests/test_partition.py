@@ -10,13 +10,17 @@ from dataclasses import replace
 import pytest
 
 import catalog
-from solver.analytic import analytic_profile
-from solver.evaluate import evaluate
-from solver.execution import ParallelConfig, Recompute, TrainingSpec, ZeroStage
-from solver.legality import stage_layer_counts
-from solver.partition import NS_PER_S, PartitionProblem, fixed_partition, partition_problem, solve, solve_fast, stage_cost
-from solver.search_chain import solve_chain
-from solver.search_cpsat import solve_cpsat
+from solver.cost.analytic import analytic_profile
+from solver.cost.evaluate import evaluate
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import Recompute, TrainingSpec, ZeroStage
+from solver.spec.legality import stage_layer_counts
+from solver.partition.problem import NS_PER_S, PartitionProblem, partition_problem
+from solver.partition.fixed import fixed_partition, stage_cost
+from solver.partition.solve import solve
+from solver.partition.fast import solve_fast
+from solver.partition.chain import solve_chain
+from solver.partition.cpsat import solve_cpsat
 
 
 def random_problem(rng: random.Random, layers: int, stages: int, identical: bool) -> PartitionProblem:

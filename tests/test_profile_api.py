@@ -126,7 +126,7 @@ def test_measured_profile_for_a_plan_checks_the_model_shape(api, database_url):
     from app.core.db import make_sessionmaker
     from app.core.problems import Problem
     from app.profiles.service import measured_profile
-    from solver.profile_io import model_from_dict
+    from solver.io.profile_format import model_from_dict
 
     document = _document()
     stored = api.post("/v1/profiles", json=document).json()

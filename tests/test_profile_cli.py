@@ -12,10 +12,10 @@ torch = pytest.importorskip("torch")
 
 from profiler.calibrate import SATURATION_GRID, fit_gemm_model, GemmSample  # noqa: E402
 from profiler.cli import main, match_catalog_gpu  # noqa: E402
-from solver.compute import gemm_time_s  # noqa: E402
-from solver.execution import Precision  # noqa: E402
-from solver.hardware import GpuSpec  # noqa: E402
-from solver.profile_io import parse_profile_document  # noqa: E402
+from solver.cost.compute import gemm_time_s
+from solver.spec.training import Precision
+from solver.spec.hardware import GpuSpec
+from solver.io.profile_format import parse_profile_document
 
 SPEC = {
     "name": "tiny-cli", "num_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "vocab_size": 128,

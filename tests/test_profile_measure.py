@@ -8,11 +8,11 @@ torch = pytest.importorskip("torch")
 
 from profiler.layers import ShardShape  # noqa: E402
 from profiler.measure import ProfileSettings, profile_model  # noqa: E402
-from solver.errors import SpecError  # noqa: E402
-from solver.execution import Precision  # noqa: E402
-from solver.model import ModelSpec  # noqa: E402
-from solver.profile import LayerKind, Origin  # noqa: E402
-from solver.profile_io import parse_profile_document, profile_document  # noqa: E402
+from solver.spec.errors import SpecError
+from solver.spec.training import Precision
+from solver.spec.model import ModelSpec
+from solver.cost.profile import LayerKind, Origin
+from solver.io.profile_format import parse_profile_document, profile_document
 
 # GPT-style (LayerNorm, biases, GELU, learned positions) and Llama-style (RMSNorm, SwiGLU, GQA, rotary).
 GPT = ModelSpec(name="tiny-gpt", num_layers=2, hidden_size=128, num_attention_heads=4, vocab_size=512, seq_length=64)

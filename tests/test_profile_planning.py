@@ -8,11 +8,12 @@ from dataclasses import replace
 import pytest
 
 from catalog import get_cluster
-from solver.analytic import analytic_profile
-from solver.evaluate import evaluate
-from solver.execution import ParallelConfig, TrainingSpec
-from solver.model import ModelSpec
-from solver.profile import ModelProfile, Origin
+from solver.cost.analytic import analytic_profile
+from solver.cost.evaluate import evaluate
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import TrainingSpec
+from solver.spec.model import ModelSpec
+from solver.cost.profile import ModelProfile, Origin
 
 MODEL = ModelSpec(
     name="toy-2b", num_layers=8, hidden_size=2048, num_attention_heads=16, vocab_size=32000, seq_length=2048,
@@ -74,8 +75,8 @@ def test_a_profile_measured_at_another_tp_size_is_derived_and_says_so():
 
 
 def _best_stage_layers(profile: ModelProfile) -> tuple[int, ...]:
-    search_module = pytest.importorskip("solver.search", reason="the optimizer (solver.search) is not written yet")
-    from solver.search_types import Constraints, SearchRequest
+    from solver.search import loop as search_module
+    from solver.search.request import Constraints, SearchRequest
 
     constraints = Constraints.parse(
         {"pp_size": 2, "tp_size": 1, "dp_size": 1, "micro_batch_size": 1, "virtual_stages": 1, "recompute": "none",
@@ -97,7 +98,7 @@ def test_the_partition_moves_layers_away_from_a_slow_layer(slow_layer, stage):
 
 def test_comparison_with_the_analytic_model_reports_per_layer_ratios():
     from profiler.compare import compare_to_analytic, comparison_table
-    from solver.profile_io import ProfileDocument
+    from solver.io.profile_format import ProfileDocument
 
     rows = compare_to_analytic(ProfileDocument(model=MODEL, profile=_measured(scale_layer=2, factor=3.0)), CLUSTER)
     assert [row.name for row in rows][:2] == ["embedding", "layer.0"]

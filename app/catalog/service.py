@@ -18,9 +18,9 @@ from app.catalog.schemas import ModelSpec as ModelSpecIn
 from app.catalog.schemas import entry_dict
 from app.core.db import utc_now
 from app.core.problems import Problem, from_spec_error, invalid_field, not_found
-from solver.errors import SpecError
-from solver.hardware import ClusterSpec
-from solver.model import ModelSpec
+from solver.spec.errors import SpecError
+from solver.spec.hardware import ClusterSpec
+from solver.spec.model import ModelSpec
 
 Kind = Literal["gpus", "models", "clusters"]
 CUSTOM_TABLES: dict[str, type[CustomModel] | type[CustomCluster]] = {

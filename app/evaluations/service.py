@@ -1,4 +1,4 @@
-"""Evaluate one configuration: resolve the request's specs, then ask ``solver.evaluate``."""
+"""Evaluate one configuration: resolve the request's specs, then ask ``solver.cost.evaluate``."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from app.catalog.service import resolve
 from app.core.problems import from_spec_error, invalid_field
 from app.evaluations.schemas import EvaluationRequest, Training
 from app.profiles.service import measured_profile
-from solver.errors import SpecError
-from solver.evaluate import evaluate
-from solver.execution import TrainingSpec
-from solver.hardware import ClusterSpec
-from solver.search_types import parallel_from_dict
+from solver.spec.errors import SpecError
+from solver.cost.evaluate import evaluate
+from solver.spec.training import TrainingSpec
+from solver.spec.hardware import ClusterSpec
+from solver.spec.parallel import parallel_from_dict
 
 
 def training_spec(training: Training) -> TrainingSpec:

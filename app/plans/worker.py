@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from solver.errors import SpecError
-from solver.search_types import SearchRequest
+from solver.spec.errors import SpecError
+from solver.search.request import SearchRequest
 
 
 def run_search(request: SearchRequest) -> dict[str, Any]:
@@ -14,7 +14,7 @@ def run_search(request: SearchRequest) -> dict[str, Any]:
     SpecError does not survive pickling (its constructor takes two arguments), so it travels
     back as data.
     """
-    from solver.search import search  # imported in the worker: the parent never loads OR-Tools
+    from solver.search.loop import search
 
     try:
         return {"result": search(request).to_dict()}

@@ -1,7 +1,7 @@
 """Schemas of /v1/profiles.
 
 The request body is a ``partitura-profile/1`` document. Its models below document the format
-for OpenAPI but accept any value: ``solver.profile_io.parse_profile_document`` validates it (one
+for OpenAPI but accept any value: ``solver.io.profile_format.parse_profile_document`` validates it (one
 source of truth for the format, shared with the CLI), so a bad field is reported the same way
 everywhere, ``body.layers[3].forward_s``.
 """
@@ -41,7 +41,7 @@ PROFILE_EXAMPLE: dict[str, Any] = {
 
 
 class ProfileLayerIn(BaseModel):
-    """One layer for one micro-batch on one GPU of the TP group (see solver.profile_io)."""
+    """One layer for one micro-batch on one GPU of the TP group (see solver.io.profile_format)."""
 
     model_config = ConfigDict(extra="allow")
 

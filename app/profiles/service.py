@@ -2,7 +2,7 @@
 
 Plan and evaluation requests that name ``profile_id`` get the measured profile from
 ``measured_profile``; the solver derives the values it needs at other tp_size / micro-batch sizes
-from it (``solver.profile_io.derive_profile``) and reports each layer's origin.
+from it (``solver.cost.derive.derive_profile``) and reports each layer's origin.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from app.core.pagination import decode_cursor, encode_cursor
 from app.core.problems import Problem, from_spec_error, invalid_field, not_found
 from app.profiles import repository
 from app.profiles.models import Profile
-from solver.errors import SpecError
-from solver.model import ModelSpec
-from solver.profile_io import ProfileDocument, parse_profile_document, profile_document
+from solver.spec.errors import SpecError
+from solver.spec.model import ModelSpec
+from solver.io.profile_format import ProfileDocument, parse_profile_document, profile_document
 
 MAX_PAGE_SIZE = 100
 

@@ -2,8 +2,8 @@
 
 As in PipeDream's optimizer (Narayanan et al. 2019), a model is a chain of layers, each with a
 forward and backward time, the activation bytes it keeps for backward, its parameters and the
-bytes it sends to the next layer. The analytic model (``solver.analytic``) produces a profile;
-a measured one (``solver.profile_io``) can replace it. Every number is for ONE micro-batch on
+bytes it sends to the next layer. The analytic model (``solver.cost.analytic``) produces a profile;
+a measured one (``solver.io.profile_format``) can replace it. Every number is for ONE micro-batch on
 ONE GPU of a tensor-parallel group of ``tp_size``.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
-from solver.execution import Precision
+from solver.spec.training import Precision
 
 
 class LayerKind(str, Enum):
@@ -22,9 +22,14 @@ class LayerKind(str, Enum):
 
 
 class Origin(str, Enum):
-    ANALYTIC = "analytic"  # from the formulas in solver.analytic
+    ANALYTIC = "analytic"  # from the formulas in solver.cost.analytic
     MEASURED = "measured"  # taken from a measured profile as is
     DERIVED = "derived"  # measured at another tp_size / micro-batch, scaled by analytic ratios
+
+
+# LayerProfile's fields by unit: seconds and bytes.
+TIME_FIELDS = ("forward_s", "backward_s", "selective_recompute_s", "tp_comm_s")
+BYTE_FIELDS = ("activation_bytes", "selective_activation_bytes", "checkpoint_bytes", "output_bytes")
 
 
 @dataclass(frozen=True)

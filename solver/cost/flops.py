@@ -8,8 +8,8 @@ FLOPs are counted in full even for causal masks, as both papers do.
 
 from __future__ import annotations
 
-from solver.execution import Recompute
-from solver.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding
+from solver.spec.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding
+from solver.spec.training import Recompute
 
 
 def _has_biases(model: ModelSpec) -> bool:

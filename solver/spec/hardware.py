@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from solver.errors import SpecError
-from solver.execution import Precision
+from solver.spec.errors import SpecError
+from solver.spec.training import Precision
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class GpuSpec:
     ``gemm_efficiency`` the fraction of that peak a large, well-shaped GEMM reaches (measured);
     ``num_sms`` the streaming multiprocessors (compute units) that GEMM tiles are spread over;
     ``gemm_saturation_dim`` the k (inner dimension) at which a GEMM reaches half of its
-    large-k efficiency (see ``solver.compute``);
+    large-k efficiency (see ``solver.cost.compute``);
     ``hbm_efficiency`` the fraction of HBM bandwidth that streaming element-wise kernels reach.
     """
 

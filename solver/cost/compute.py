@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 
-from solver.execution import Precision
-from solver.hardware import GpuSpec
+from solver.spec.hardware import GpuSpec
+from solver.spec.training import Precision
 
 BYTES_16BIT = 2  # fp16 / bf16 element
 

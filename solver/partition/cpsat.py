@@ -20,8 +20,9 @@ from itertools import accumulate
 
 from ortools.sat.python import cp_model
 
-from solver.legality import uniform_partition
-from solver.partition import PartitionProblem, PartitionSolution, fixed_partition
+from solver.partition.fixed import fixed_partition
+from solver.partition.problem import PartitionProblem, PartitionSolution
+from solver.spec.legality import uniform_partition
 
 STATUS_NAMES = {
     cp_model.OPTIMAL: "OPTIMAL",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from solver.hardware import ClusterSpec
+from solver.spec.hardware import ClusterSpec
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,12 @@ import math
 import time
 from dataclasses import replace
 
-from solver.errors import SpecError
-from solver.evaluate import evaluate
-from solver.execution import Framework, Recompute
-from solver.memory import GIB_BYTES
-from solver.search_types import Constraints, Objective, parallel_to_dict
+from solver.cost.evaluate import evaluate
+from solver.cost.memory import GIB_BYTES
+from solver.search.request import Constraints, Objective
+from solver.spec.errors import SpecError
+from solver.spec.parallel import parallel_to_dict
+from solver.spec.training import Framework, Recompute
 
 RULE_TEXT = {
     "[memory]": "no configuration fits in GPU memory",
@@ -142,10 +143,10 @@ def _changes(run, miss: dict | None):
     return out
 
 
-def explain(run) -> dict:
-    """The explanation dict of an empty search result."""
-    from solver.search import find_plans
-
+def explain(run, find_plans) -> dict:
+    """The explanation dict of an empty search result. ``find_plans`` is the search to check
+    each suggested change with (``solver.search.loop.find_plans``), passed in so that this module
+    does not import the loop that calls it."""
     rule, count = _binding(run)
     request = run.request
     miss = closest_miss(run) if run.legal else None

@@ -8,7 +8,7 @@ for the in-flight micro-batches of 1F1B (stage i of p holds p - i) and the inter
 
 from __future__ import annotations
 
-from solver.execution import OptimizerKind, ZeroStage
+from solver.spec.training import OptimizerKind, ZeroStage
 
 GIB_BYTES = 2**30
 WEIGHT_BYTES_PER_PARAM = 2  # 16-bit weights used by forward and backward
@@ -82,3 +82,6 @@ def optimizer_step_bytes_per_param(optimizer: OptimizerKind) -> int:
 # the fp32 buffer (4), the new gradient (2) and writes the buffer (4): Megatron-LM's main_grad
 # accumulation and PyTorch AMP's .grad accumulation both stream this per micro-batch.
 GRAD_ACCUMULATION_BYTES_PER_PARAM = 10
+
+
+ZERO3_PREFETCHED_LAYERS = 2  # the layer being computed and the next one, gathered ahead

@@ -11,10 +11,11 @@ current layer's compute (DeepSpeed / FSDP), so only what compute cannot cover is
 
 from __future__ import annotations
 
-from solver.comm import data_parallel_collective_s, p2p_s, pp_link
-from solver.execution import ParallelConfig, ZeroStage
-from solver.hardware import ClusterSpec
-from solver.memory import GRAD_BYTES_PER_PARAM, WEIGHT_BYTES_PER_PARAM
+from solver.cost.comm import data_parallel_collective_s, p2p_s, pp_link
+from solver.cost.memory import GRAD_BYTES_PER_PARAM, WEIGHT_BYTES_PER_PARAM
+from solver.spec.hardware import ClusterSpec
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import ZeroStage
 
 
 def pipeline_bubble_fraction(pp_size: int, virtual_stages: int, num_micro_batches: int) -> float:

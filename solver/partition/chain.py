@@ -12,7 +12,7 @@ feasible bottleneck), then the largest stage state the same way with T fixed, an
 boundaries are read back from the reachable sets.
 
 Cost: O(p L^2 log L) once per problem for the range tables, O(p L^2) per bisection step.
-Exact for the same model as ``solver.partition`` and ``solver.search_cpsat`` (tests compare the
+Exact for the same model as ``solver.partition`` and ``solver.partition.cpsat`` (tests compare the
 three).
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.partition import PartitionProblem, PartitionSolution
+from solver.partition.problem import PartitionProblem, PartitionSolution
 
 UNREACHABLE = np.inf
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from solver.errors import SpecError
+from solver.spec.errors import SpecError
 
 
 class MlpActivation(str, Enum):

@@ -11,12 +11,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from solver.errors import SpecError
-from solver.evaluate import evaluate
-from solver.execution import ParallelConfig, Recompute
-from solver.legality import check_structure, framework_violations, placement_violations, stage_layer_counts
-from solver.result import Evaluation
-from solver.search_types import Objective, SearchRequest
+from solver.cost.evaluate import evaluate
+from solver.cost.result import Evaluation
+from solver.frameworks import framework_violations
+from solver.search.request import Objective, SearchRequest
+from solver.spec.errors import SpecError
+from solver.spec.legality import (
+    check_structure,
+    placement_violations,
+    stage_layer_counts,
+)
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import Recompute
 
 RELATIVE_TOLERANCE = 1e-9  # the reported prediction must be the evaluator's, to rounding
 

@@ -8,10 +8,11 @@ reported as violations and the optimizer never returns them.
 
 from __future__ import annotations
 
-from solver.errors import SpecError
-from solver.execution import Framework, ParallelConfig, TrainingSpec, ZeroStage
-from solver.hardware import ClusterSpec
-from solver.model import ModelSpec
+from solver.spec.errors import SpecError
+from solver.spec.hardware import ClusterSpec
+from solver.spec.model import ModelSpec
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import TrainingSpec
 
 
 def uniform_partition(num_layers: int, num_chunks: int) -> tuple[int, ...]:
@@ -92,28 +93,6 @@ def check_structure(
                     f"parallel.full_recompute_layers[{chunk}]",
                     f"[recompute_within_stage] {recomputed} recomputed layers, the chunk holds {held}",
                 )
-
-
-def framework_violations(parallel: ParallelConfig, framework: Framework) -> list[str]:
-    """What the target framework cannot run.
-
-    Megatron-LM shards only optimizer states (its distributed optimizer = ZeRO-1). DeepSpeed
-    refuses ZeRO-2/3 with its pipeline engine. PyTorch FSDP has no pipeline schedule here and
-    shards gradients+states (SHARD_GRAD_OP = ZeRO-2) or everything (FULL_SHARD = ZeRO-3).
-    'any' accepts what at least one of them runs: ZeRO-2/3 only without pipeline parallelism.
-    """
-    zero, pp = parallel.zero_stage, parallel.pp_size
-    out = []
-    if framework is Framework.MEGATRON and zero > ZeroStage.OS:
-        out.append(f"[framework_zero] megatron shards optimizer states only (ZeRO-1); zero_stage {int(zero)} is not available")
-    if framework is Framework.FSDP:
-        if pp > 1:
-            out.append("[framework_pp] fsdp has no pipeline parallelism; pp_size must be 1")
-        if zero == ZeroStage.OS:
-            out.append("[framework_zero] fsdp shards gradients with states (ZeRO-2) or everything (ZeRO-3); zero_stage 1 is not available")
-    if framework in (Framework.ANY, Framework.DEEPSPEED) and zero >= ZeroStage.OS_G and pp > 1:
-        out.append(f"[zero_with_pp] zero_stage {int(zero)} with pp_size {pp} is not supported (DeepSpeed allows only ZeRO-0/1 with pipelines)")
-    return out
 
 
 def placement_violations(cluster: ClusterSpec, parallel: ParallelConfig, allow_tp_across_nodes: bool) -> list[str]:

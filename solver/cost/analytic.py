@@ -18,10 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from solver.comm import all_reduce_s, tp_link
-from solver.compute import elementwise_time_s, gemm_time_s
-from solver.execution import Precision, TrainingSpec
-from solver.flops import (
+from solver.cost.comm import all_reduce_s, tp_link
+from solver.cost.compute import elementwise_time_s, gemm_time_s
+from solver.cost.flops import (
     attention_score_flops,
     embedding_parameter_count,
     head_parameter_count,
@@ -30,9 +29,10 @@ from solver.flops import (
     logits_forward_flops,
     predicted_tokens,
 )
-from solver.hardware import ClusterSpec, GpuSpec
-from solver.model import Architecture, MlpActivation, ModelSpec
-from solver.profile import LayerKind, LayerProfile, ModelProfile
+from solver.cost.profile import LayerKind, LayerProfile, ModelProfile
+from solver.spec.hardware import ClusterSpec, GpuSpec
+from solver.spec.model import Architecture, MlpActivation, ModelSpec
+from solver.spec.training import Precision, TrainingSpec
 
 BYTES_16BIT = 2
 BYTES_FP32 = 4

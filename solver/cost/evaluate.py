@@ -2,36 +2,42 @@
 
 It is the single source of truth for time and memory; the optimizer and the validator call it.
 Everything it adds up comes from the per-layer profile (analytic or measured) and the formulas
-in ``solver.schedule`` and ``solver.memory``, each with its source.
+in ``solver.cost.schedule`` and ``solver.cost.memory``, each with its source.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from solver.analytic import analytic_profile
-from solver.compute import elementwise_time_s
-from solver.errors import SpecError
-from solver.execution import Framework, ParallelConfig, Recompute, TrainingSpec
-from solver.flops import hardware_flops_per_iteration, model_flops_per_iteration
-from solver.hardware import ClusterSpec
-from solver.legality import check_structure, framework_violations, placement_violations, stage_layer_counts
-from solver.memory import (
+from solver.cost.compute import elementwise_time_s
+from solver.cost.derive import resolve_profile
+from solver.cost.flops import hardware_flops_per_iteration, model_flops_per_iteration
+from solver.cost.memory import (
     GIB_BYTES,
     GRAD_ACCUMULATION_BYTES_PER_PARAM,
     WEIGHT_BYTES_PER_PARAM,
+    ZERO3_PREFETCHED_LAYERS,
+    in_flight_micro_batches,
     model_state_bytes,
     optimizer_step_bytes_per_param,
-    in_flight_micro_batches,
     reserve_bytes,
 )
-from solver.model import ModelSpec
-from solver.profile import LayerProfile, ModelProfile
-from solver.profile_io import derive_profile
-from solver.result import Evaluation, Prediction, StageReport
-from solver.schedule import data_parallel_exposed_s, pipeline_comm_s, pipeline_time_s
-
-ZERO3_PREFETCHED_LAYERS = 2  # the layer being computed and the next one, gathered ahead
+from solver.cost.profile import LayerProfile, ModelProfile
+from solver.cost.result import Evaluation, Prediction, StageReport
+from solver.cost.schedule import (
+    data_parallel_exposed_s,
+    pipeline_comm_s,
+    pipeline_time_s,
+)
+from solver.frameworks import framework_violations
+from solver.spec.errors import SpecError
+from solver.spec.hardware import ClusterSpec
+from solver.spec.legality import (
+    check_structure,
+    placement_violations,
+    stage_layer_counts,
+)
+from solver.spec.model import ModelSpec
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import Framework, Recompute, TrainingSpec
 
 
 def stage_chunks(model: ModelSpec, parallel: ParallelConfig) -> list[list[tuple[int, bool]]]:
@@ -50,23 +56,6 @@ def stage_chunks(model: ModelSpec, parallel: ParallelConfig) -> list[list[tuple[
         stages[chunk % parallel.pp_size].extend((first + i, i < recomputed) for i in range(count))
         first += count
     return stages
-
-
-def resolve_profile(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig, profile: ModelProfile | None
-) -> ModelProfile:
-    """The profile to cost this configuration with: the analytic one, or the given measured one
-    carried to this tp_size / micro-batch / sequence length by the analytic model's ratios
-    (``solver.profile_io.derive_profile``). At the measured configuration the ratios are 1, and
-    what one GPU cannot measure (TP communication, model FLOPs) comes from the analytic model."""
-    target = analytic_profile(model, cluster, training, parallel.tp_size, parallel.micro_batch_size, parallel.sequence_parallel)
-    if profile is None:
-        return target
-    as_measured = replace(training, seq_length=profile.seq_length, flash_attention=profile.flash_attention)
-    measured_at = analytic_profile(
-        model, cluster, as_measured, profile.tp_size, profile.micro_batch_size, profile.sequence_parallel
-    )
-    return derive_profile(profile, measured_at, target)
 
 
 def evaluate(

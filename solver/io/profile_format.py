@@ -33,18 +33,25 @@ Every error is a ``SpecError`` whose field names the place, e.g. ``layers[3].for
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from solver.errors import SpecError
-from solver.execution import Precision
-from solver.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding
-from solver.profile import LayerKind, LayerProfile, ModelProfile, Origin
+from solver.cost.profile import (
+    BYTE_FIELDS,
+    TIME_FIELDS,
+    LayerKind,
+    LayerProfile,
+    ModelProfile,
+    Origin,
+)
+from solver.spec.errors import SpecError
+from solver.spec.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding
+from solver.spec.training import Precision
 
 FORMAT = "partitura-profile/1"
 
 # Weights are kept in 16 bit under every precision the solver knows (fp8 runs only the GEMMs in
-# 8 bit, see solver.execution.Precision), so a parameter is 2 bytes in a profile document.
+# 8 bit, see solver.spec.training.Precision), so a parameter is 2 bytes in a profile document.
 PARAMETER_BYTES = 2
 
 MODEL_KEYS = (
@@ -62,8 +69,6 @@ LAYER_OPTIONAL = (
     "parameter_count", "parameter_bytes", "selective_activation_bytes", "checkpoint_bytes",
     "selective_recompute_s", "tp_comm_s", "model_flops", "origin",
 )
-TIME_FIELDS = ("forward_s", "backward_s", "selective_recompute_s", "tp_comm_s")
-BYTE_FIELDS = ("activation_bytes", "selective_activation_bytes", "checkpoint_bytes", "output_bytes")
 # Limits of the format: names, device and free text are printable Unicode of bounded length, and
 # structural sizes stay below 2^24 (as the API's sizes do), so a document fits any store and a typo
 # (1e12 layers) cannot become a huge computation.
@@ -71,8 +76,6 @@ NAME_MAX_CHARS = 128
 DEVICE_MAX_CHARS = 256
 TEXT_MAX_CHARS = 4096
 SIZE_MAX = 2**24
-# Fields derive_profile scales by the analytic model's target/measured ratio.
-SCALED_FIELDS = TIME_FIELDS + BYTE_FIELDS + ("parameter_count", "model_flops")
 
 
 @dataclass(frozen=True)
@@ -380,80 +383,3 @@ def profile_document(doc: ProfileDocument) -> dict[str, Any]:
 # Derivation at another tp_size / micro-batch size
 
 
-def _check_same_chain(measured: ModelProfile, other: ModelProfile, label: str) -> None:
-    if len(other.layers) != len(measured.layers):
-        raise SpecError(
-            "profile.layers", f"{label} has {len(other.layers)} layers, the measured profile {len(measured.layers)}"
-        )
-    for index, (mine, theirs) in enumerate(zip(measured.layers, other.layers, strict=True)):
-        if mine.kind is not theirs.kind:
-            raise SpecError(
-                f"profile.layers[{index}].kind", f"measured {mine.kind.value}, {label} {theirs.kind.value}"
-            )
-
-
-def derive_profile(
-    measured: ModelProfile, analytic_at_measured: ModelProfile, analytic_at_target: ModelProfile
-) -> ModelProfile:
-    """The measured profile carried to the target configuration with the analytic model's ratios.
-
-    Returns a ModelProfile at ``analytic_at_target``'s tp_size, micro-batch size, sequence length
-    and precision. For each layer and field in SCALED_FIELDS:
-    ``value = measured * analytic_at_target / analytic_at_measured`` (the measurement fixes the
-    level, the analytic model the trend, as PipeDream-style profiles are reused in Piper and
-    Alpa-style cost models). Fields the measurement lacks (0, e.g. ``tp_comm_s``, which one GPU
-    cannot measure, or ``model_flops``) take the analytic target value; a missing
-    ``selective_recompute_s`` takes the analytic value scaled by the layer's measured/analytic
-    forward ratio. Where both analytic values are 0 the measured value is kept. A layer whose
-    analytic values are identical at both configurations is ``Origin.MEASURED``, otherwise
-    ``Origin.DERIVED``. Raises SpecError when the analytic-at-measured profile is not at the
-    measured configuration or the layer chains differ.
-    """
-    for attr in ("tp_size", "micro_batch_size", "seq_length"):
-        if getattr(analytic_at_measured, attr) != getattr(measured, attr):
-            raise SpecError(
-                f"profile.{attr}",
-                f"analytic_at_measured is at {attr}={getattr(analytic_at_measured, attr)}, "
-                f"the measured profile at {getattr(measured, attr)}",
-            )
-    _check_same_chain(measured, analytic_at_measured, "analytic_at_measured")
-    _check_same_chain(measured, analytic_at_target, "analytic_at_target")
-    layers = []
-    filled: set[str] = set()
-    for mine, base, target in zip(measured.layers, analytic_at_measured.layers, analytic_at_target.layers, strict=True):
-        values: dict[str, float] = {}
-        for key in SCALED_FIELDS:
-            value, at_base, at_target = getattr(mine, key), getattr(base, key), getattr(target, key)
-            if value == 0 and at_base != 0:
-                if key == "selective_recompute_s" and base.forward_s > 0:
-                    value = at_target * (mine.forward_s / base.forward_s)
-                else:
-                    value = at_target
-                filled.add(key)
-            elif at_base != 0:
-                value = value * (at_target / at_base)
-            elif at_target != 0:
-                value = value + at_target  # the analytic model sees new work only at the target
-            values[key] = value
-        same = all(getattr(base, key) == getattr(target, key) for key in SCALED_FIELDS)
-        for key in BYTE_FIELDS + ("parameter_count",):
-            values[key] = int(round(values[key]))
-        layers.append(replace(mine, origin=Origin.MEASURED if same else Origin.DERIVED, **values))
-    notes = list(measured.notes)
-    if filled:
-        notes.append("from the analytic model (not in the measurement): " + ", ".join(sorted(filled)))
-    if any(layer.origin is Origin.DERIVED for layer in layers):
-        notes.append(
-            f"derived from a measurement at tp_size={measured.tp_size}, "
-            f"micro_batch_size={measured.micro_batch_size}, seq_length={measured.seq_length}"
-        )
-    return ModelProfile(
-        model_name=measured.model_name,
-        tp_size=analytic_at_target.tp_size,
-        micro_batch_size=analytic_at_target.micro_batch_size,
-        seq_length=analytic_at_target.seq_length,
-        precision=analytic_at_target.precision,
-        layers=tuple(layers),
-        device=measured.device,
-        notes=tuple(notes),
-    )

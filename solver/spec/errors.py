@@ -10,3 +10,9 @@ class SpecError(ValueError):
         super().__init__(f"{field}: {reason}")
         self.field = field
         self.reason = reason
+
+
+def check_positive_int(field: str, value: object) -> None:
+    """Raise SpecError unless ``value`` is an int (not a bool) of at least 1."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise SpecError(field, f"must be a positive integer, got {value!r}")

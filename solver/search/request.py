@@ -6,12 +6,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from solver.errors import SpecError
-from solver.execution import Framework, ParallelConfig, Recompute, TrainingSpec, ZeroStage
-from solver.hardware import ClusterSpec
-from solver.model import ModelSpec
-from solver.profile import ModelProfile
-from solver.result import Evaluation
+from solver.cost.profile import ModelProfile
+from solver.spec.errors import SpecError
+from solver.spec.hardware import ClusterSpec
+from solver.spec.model import ModelSpec
+from solver.spec.training import Framework, Recompute, TrainingSpec
 
 
 class Objective(str, Enum):
@@ -147,104 +146,3 @@ class SearchRequest:
     profile: ModelProfile | None = None  # a measured profile to plan from
 
 
-@dataclass(frozen=True)
-class Candidate:
-    rank: int
-    parallel: ParallelConfig
-    evaluation: Evaluation
-    objective_value: float  # lower is better, in the objective's unit (s, USD, GPUs, s/token)
-    why: str  # why it ranks where it does against the next candidate
-
-    def to_dict(self) -> dict:
-        out = self.evaluation.to_dict()
-        return {
-            "rank": self.rank,
-            "parallel": parallel_to_dict(self.parallel),
-            "objective_value": self.objective_value,
-            "why": self.why,
-            **{k: out[k] for k in ("feasible", "violations", "prediction", "memory", "stages", "profile_origins")},
-        }
-
-
-@dataclass
-class SearchStats:
-    configurations_enumerated: int = 0
-    configurations_pruned: int = 0
-    configurations_illegal: int = 0
-    configurations_evaluated: int = 0
-    cpsat_calls: int = 0
-    cpsat_status: dict[str, int] = field(default_factory=dict)
-    partition_methods: dict[str, int] = field(default_factory=dict)  # fast / chain / cpsat / fixed -> solves
-    wall_time_s: float = 0.0
-    proven_optimal: bool = False
-    timed_out: bool = False
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    candidates: tuple[Candidate, ...]
-    stats: SearchStats
-    explanation: dict | None  # None when a plan was found; else why not and what would fit
-
-    @property
-    def status(self) -> str:
-        return "succeeded" if self.candidates else "infeasible"
-
-    @property
-    def best(self) -> Candidate | None:
-        return self.candidates[0] if self.candidates else None
-
-    def to_dict(self) -> dict:
-        return {
-            "status": self.status,
-            "best": self.best.to_dict() if self.best else None,
-            "candidates": [c.to_dict() for c in self.candidates],
-            "search": self.stats.to_dict(),
-            "explanation": self.explanation,
-        }
-
-
-def parallel_to_dict(parallel: ParallelConfig) -> dict:
-    return {
-        "dp_size": parallel.dp_size,
-        "tp_size": parallel.tp_size,
-        "pp_size": parallel.pp_size,
-        "zero_stage": int(parallel.zero_stage),
-        "micro_batch_size": parallel.micro_batch_size,
-        "recompute": parallel.recompute.value,
-        "virtual_stages": parallel.virtual_stages,
-        "sequence_parallel": parallel.sequence_parallel,
-        "stage_layers": list(parallel.stage_layers) if parallel.stage_layers else None,
-        "full_recompute_layers": (
-            list(parallel.full_recompute_layers) if parallel.full_recompute_layers else None
-        ),
-    }
-
-
-def parallel_from_dict(raw: dict[str, Any]) -> ParallelConfig:
-    """The API's ``parallel`` object; unknown keys are an error naming the key."""
-    known = set(parallel_to_dict(ParallelConfig()).keys())
-    unknown = set(raw) - known
-    if unknown:
-        raise SpecError(f"parallel.{sorted(unknown)[0]}", f"unknown field; known: {', '.join(sorted(known))}")
-    kwargs = {k: v for k, v in raw.items() if v is not None}
-    for key in ("stage_layers", "full_recompute_layers"):
-        if key in kwargs:
-            if not isinstance(kwargs[key], list):
-                raise SpecError(f"parallel.{key}", "must be a list of integers")
-            kwargs[key] = tuple(kwargs[key])
-    if "recompute" in kwargs:
-        try:
-            kwargs["recompute"] = Recompute(kwargs["recompute"])
-        except ValueError:
-            raise SpecError("parallel.recompute", "expected one of none, selective, full") from None
-    if "zero_stage" in kwargs:
-        if isinstance(kwargs["zero_stage"], bool) or kwargs["zero_stage"] not in (0, 1, 2, 3):
-            raise SpecError("parallel.zero_stage", f"must be 0, 1, 2 or 3, got {kwargs['zero_stage']!r}")
-        kwargs["zero_stage"] = ZeroStage(kwargs["zero_stage"])
-    if "sequence_parallel" in kwargs and not isinstance(kwargs["sequence_parallel"], bool):
-        raise SpecError("parallel.sequence_parallel", "must be true or false")
-    return ParallelConfig(**kwargs)

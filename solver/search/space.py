@@ -11,18 +11,21 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from solver.errors import SpecError
-from solver.evaluate import resolve_profile
-from solver.execution import ParallelConfig, Recompute, ZeroStage
-from solver.legality import check_structure, framework_violations, placement_violations
-from solver.partition import layer_rows
-from solver.profile import ModelProfile
-from solver.result import Evaluation
-from solver.schedule import pipeline_comm_s
-from solver.search_types import Objective, SearchRequest, SearchStats
+from solver.cost.derive import resolve_profile
+from solver.cost.profile import ModelProfile
+from solver.cost.result import Evaluation
+from solver.cost.schedule import pipeline_comm_s
+from solver.frameworks import framework_violations
+from solver.partition.problem import layer_rows
+from solver.search.request import Objective, SearchRequest
+from solver.search.result import SearchStats
+from solver.spec.errors import SpecError
+from solver.spec.legality import check_structure, placement_violations
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import Recompute, ZeroStage
 
 # A search-space cap: at 256 sequences per micro-batch every GEMM already fills the GPU in
-# solver.compute's wave/k-efficiency model, so larger micro-batches only add activation memory.
+# solver.cost.compute's wave/k-efficiency model, so larger micro-batches only add activation memory.
 MICRO_BATCH_CHOICES_MAX = 256
 
 

@@ -1,8 +1,8 @@
 """The optimizer: enumerate legal parallel configurations, plan each one's partition, rank by the
-objective and return the top k, each re-evaluated by ``solver.evaluate`` and checked by
-``solver.validate``.
+objective and return the top k, each re-evaluated by ``solver.cost.evaluate`` and checked by
+``solver.search.validate``.
 
-Order of work (best-first branch and bound, in ``solver.search_space`` and here):
+Order of work (best-first branch and bound, in ``solver.search.space`` and here):
 1. ``shapes`` enumerates (num_gpus, dp, tp, pp, ZeRO, micro-batch, recompute, v, SP) that the
    request admits; ``check_structure`` and the framework / placement rules name what is illegal.
 2. Each legal shape gets a lower bound on its step time from the per-layer profile: the whole
@@ -26,22 +26,22 @@ import bisect
 import time
 from dataclasses import dataclass, replace
 
-from solver.errors import SpecError
-from solver.evaluate import evaluate
-from solver.execution import ParallelConfig, Recompute
-from solver.legality import uniform_partition
-from solver.partition import (
+from solver.cost.evaluate import evaluate
+from solver.cost.result import Evaluation
+from solver.cost.schedule import pipeline_comm_s
+from solver.partition.fixed import fixed_partition
+from solver.partition.problem import (
     NS_PER_S,
     PartitionSolution,
     allocatable_bytes,
-    fixed_partition,
     partition_problem,
-    solve,
     state_bytes_per_parameter,
 )
-from solver.schedule import pipeline_comm_s
-from solver.result import Evaluation
-from solver.search_space import (
+from solver.partition.solve import solve
+from solver.search.explain import explain
+from solver.search.request import Objective, SearchRequest
+from solver.search.result import Candidate, SearchResult, SearchStats
+from solver.search.space import (
     SearchRun,
     Shape,
     count_step_lower_bound_s,
@@ -51,8 +51,11 @@ from solver.search_space import (
     shapes,
     step_lower_bound_s,
 )
-from solver.search_types import Candidate, Objective, SearchRequest, SearchResult, SearchStats
-from solver.validate import validate
+from solver.search.validate import validate
+from solver.spec.errors import SpecError
+from solver.spec.legality import uniform_partition
+from solver.spec.parallel import ParallelConfig, parallel_to_dict
+from solver.spec.training import Recompute
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -200,8 +203,6 @@ class _Held:
 
 
 def _rank_key(value: float, evaluation: Evaluation, parallel: ParallelConfig, num_gpus: int) -> tuple:
-    from solver.search_types import parallel_to_dict
-
     return (value, evaluation.prediction.step_time_s, num_gpus, repr(sorted(parallel_to_dict(parallel).items())))
 
 
@@ -337,9 +338,7 @@ def search(request: SearchRequest) -> SearchResult:
     )
     explanation = None
     if not candidates:
-        from solver.search_explain import explain
-
-        explanation = explain(run)
+        explanation = explain(run, find_plans)
     run.stats.wall_time_s = time.perf_counter() - started
     return SearchResult(candidates, run.stats, explanation)
 

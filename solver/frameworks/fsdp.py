@@ -1,0 +1,20 @@
+"""PyTorch FSDP: what it can run.
+
+No pipeline schedule here; it shards gradients with optimizer states (``SHARD_GRAD_OP`` = ZeRO-2)
+or everything (``FULL_SHARD`` = ZeRO-3), or nothing (``NO_SHARD`` = plain data parallelism);
+it has no optimizer-state-only sharding (ZeRO-1).
+"""
+
+from __future__ import annotations
+
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import ZeroStage
+
+
+def violations(parallel: ParallelConfig) -> list[str]:
+    out = []
+    if parallel.pp_size > 1:
+        out.append("[framework_pp] fsdp has no pipeline parallelism; pp_size must be 1")
+    if parallel.zero_stage == ZeroStage.OS:
+        out.append("[framework_zero] fsdp shards gradients with states (ZeRO-2) or everything (ZeRO-3); zero_stage 1 is not available")
+    return out

@@ -1,0 +1,77 @@
+"""Given layer counts per chunk: the least full recomputation per stage that fits."""
+
+from __future__ import annotations
+
+import math
+from itertools import accumulate
+
+from solver.partition.problem import PartitionProblem, PartitionSolution
+
+
+def _chunk_starts(counts: tuple[int, ...]) -> list[int]:
+    return [0, *accumulate(counts)][:-1]
+
+def _spread(total: int, parts: int) -> list[int]:
+    """``total`` recomputed layers over a stage's chunks, earlier chunks first."""
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+def stage_cost(
+    problem: PartitionProblem, stage: int, chunks: list[tuple[int, int]], recomputed: list[int]
+) -> tuple[int, float, int]:
+    """(time ns, memory KiB, model state KiB) of one stage holding ``chunks`` (first layer,
+    count) with the first ``recomputed[j]`` layers of chunk j fully recomputed."""
+    time_ns = problem.stage_extra_time_ns[stage]
+    kept = 0
+    state = problem.stage_extra_state_kib[stage]
+    for (first, count), k in zip(chunks, recomputed):
+        for layer in range(first, first + count):
+            full = layer < first + k
+            time_ns += problem.layer_time_ns[layer] + (problem.layer_recompute_ns[layer] if full else 0)
+            kept += problem.layer_checkpoint_kib[layer] if full else problem.layer_kept_kib[layer]
+            state += problem.layer_state_kib[layer]
+    working = problem.working_kib if any(recomputed) else 0
+    return time_ns, problem.in_flight[stage] * kept + working + state - problem.stage_extra_state_kib[stage], state
+
+def fixed_partition(problem: PartitionProblem, chunk_layers: tuple[int, ...]) -> PartitionSolution | None:
+    """The least recomputation that fits each stage for given layer counts per chunk (pipeline
+    order), or None when a stage cannot fit even recomputing all of its layers. Each stage takes
+    the smallest number of recomputed layers that fits, spread over its chunks earlier first
+    (exact for identical layers: memory and time depend only on that number)."""
+    p = problem.num_stages
+    starts = _chunk_starts(chunk_layers)
+    recompute = [0] * len(chunk_layers)
+    worst_time, worst_state = 0, 0
+    identical = problem.identical_layers
+    for stage in range(p):
+        mine = list(range(stage, len(chunk_layers), p))
+        chunks = [(starts[c], chunk_layers[c]) for c in mine]
+        held = sum(chunk_layers[c] for c in mine)
+        least = _least_recompute(problem, stage, held) if identical else 0
+        if least is None:
+            return None
+        for total in range(least, held + 1 if problem.allow_recompute else 1):
+            counts = _spread(total, len(mine))
+            counts = [min(k, chunk_layers[c]) for k, c in zip(counts, mine)]
+            time_ns, memory, state = stage_cost(problem, stage, chunks, counts)
+            if memory <= problem.stage_budget_kib[stage]:
+                break
+        else:
+            return None
+        for c, k in zip(mine, counts):
+            recompute[c] = k
+        worst_time, worst_state = max(worst_time, time_ns), max(worst_state, state)
+    return PartitionSolution(tuple(chunk_layers), tuple(recompute), worst_time, worst_state, "fixed", "FIXED")
+
+def _least_recompute(problem: PartitionProblem, stage: int, held: int) -> int | None:
+    """Identical layers: the least number of the stage's ``held`` layers to recompute so that it
+    fits (closed form of the memory bound), None when recomputing all of them does not fit."""
+    kept, ckpt, state = problem.layer_kept_kib[0], problem.layer_checkpoint_kib[0], problem.layer_state_kib[0]
+    f, budget = problem.in_flight[stage], problem.stage_budget_kib[stage]
+    without = f * held * kept + held * state
+    if without <= budget:
+        return 0
+    if not problem.allow_recompute or kept <= ckpt:
+        return None
+    least = max(1, math.ceil((without + problem.working_kib - budget) / (f * (kept - ckpt)) - 1e-9))
+    return least if least <= held else None

@@ -1,0 +1,26 @@
+"""Which exact partition solver answers a problem: the fast path, the chain program or CP-SAT."""
+
+from __future__ import annotations
+
+from solver.partition.chain import solve_chain
+from solver.partition.cpsat import solve_cpsat
+from solver.partition.fast import solve_fast
+from solver.partition.problem import PartitionProblem, PartitionSolution
+
+# Above this many (stage, start, end) entries the exact chain tables (8 bytes each) grow past
+# ~160 MiB; CP-SAT's boundary model takes over.
+CHAIN_TABLE_LIMIT = 20_000_000
+
+
+def solve(problem: PartitionProblem, time_limit_s: float = 10.0, upper_bound_ns: int | None = None) -> PartitionSolution | None:
+    """The optimal partition of a one-chunk-per-stage pipeline: the closed-form fast path for
+    identical layers, the exact chain program otherwise, CP-SAT for chains too long for its
+    tables (``time_limit_s`` is CP-SAT's safety net; ``upper_bound_ns``, the bottleneck of a
+    known feasible partition, narrows the chain program's search)."""
+    if problem.virtual_stages != 1:
+        raise ValueError("solve covers one chunk per stage; interleaved pipelines use fixed_partition")
+    if problem.identical_layers:
+        return solve_fast(problem)
+    if problem.num_stages * problem.num_layers**2 <= CHAIN_TABLE_LIMIT:
+        return solve_chain(problem, upper_bound_ns)
+    return solve_cpsat(problem, time_limit_s=time_limit_s)

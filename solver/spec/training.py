@@ -1,0 +1,88 @@
+"""How the model is trained and split: training settings and one parallel configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+
+from solver.spec.errors import SpecError, check_positive_int
+
+
+class Precision(str, Enum):
+    FP16 = "fp16"
+    BF16 = "bf16"
+    FP8 = "fp8"  # FP8 GEMMs (Transformer Engine style); weights and grads still kept in 16 bit
+
+
+class OptimizerKind(str, Enum):
+    ADAM = "adam"  # Adam / AdamW: fp32 master weights, momentum and variance
+    SGD = "sgd"  # SGD with momentum: fp32 master weights and momentum
+
+
+class Recompute(str, Enum):
+    NONE = "none"
+    SELECTIVE = "selective"  # Korthikanti et al. 2022: recompute the attention core only
+    FULL = "full"  # keep only each layer's input, recompute the whole layer
+
+
+class ZeroStage(IntEnum):
+    NONE = 0
+    OS = 1  # optimizer states sharded over data parallel ranks
+    OS_G = 2  # + gradients
+    OS_G_P = 3  # + parameters
+
+
+class Framework(str, Enum):
+    """Which training framework's rules the plan must obey (see ``solver.spec.legality``)."""
+
+    ANY = "any"
+    MEGATRON = "megatron"
+    DEEPSPEED = "deepspeed"
+    FSDP = "fsdp"
+
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    """Training settings shared by every configuration of one request.
+
+    ``flash_attention`` says whether attention scores are materialised (False: the s x s score,
+    softmax and dropout tensors go through HBM, as in Megatron-LM 2021-2022) or computed in a
+    fused kernel that keeps them on chip (Dao et al. 2022, the default in current frameworks).
+
+    ``overlap_grad_reduce`` says whether the data-parallel gradient reduction (ZeRO 0-2) runs
+    bucket by bucket while the last backward pass is still computing (PyTorch DDP and FSDP,
+    Megatron-core's ``overlap_grad_reduce``, DeepSpeed ZeRO's ``overlap_comm``) or only after it
+    ends (False: Megatron-LM 2021-2022's local DDP calls ``allreduce_gradients`` after
+    ``forward_backward_func`` returns; DeepSpeed's pipeline engine schedules ``ReduceGrads``
+    after the last ``BackwardPass``).
+
+    ``fused_kernels`` says whether the element-wise work around the GEMMs runs in fused kernels
+    (Megatron-LM / Transformer Engine: fused scale-mask-softmax, bias-GeLU, bias-dropout-add) or
+    as one eager PyTorch kernel per operation, each reading and writing its tensors through HBM
+    (False: e.g. NVIDIA DeepLearningExamples BERT, Hugging Face style model code). See
+    ``solver.cost.analytic`` for the bytes each choice moves.
+    """
+
+    global_batch_size: int
+    seq_length: int
+    precision: Precision = Precision.BF16
+    optimizer: OptimizerKind = OptimizerKind.ADAM
+    train_tokens: float | None = None
+    flash_attention: bool = True
+    overlap_grad_reduce: bool = True
+    fused_kernels: bool = True
+
+    def __post_init__(self) -> None:
+        check_positive_int("training.global_batch_size", self.global_batch_size)
+        check_positive_int("training.seq_length", self.seq_length)
+        object.__setattr__(self, "precision", Precision(self.precision))
+        object.__setattr__(self, "optimizer", OptimizerKind(self.optimizer))
+        if self.train_tokens is not None and not self.train_tokens > 0:
+            raise SpecError("training.train_tokens", "must be positive")
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch_size * self.seq_length
+
+
