@@ -376,3 +376,12 @@ def test_calibration_override_replaces_gpu_knobs():
     with pytest.raises(SpecError) as err:
         catalog.merge_gpu_overrides(gpus, {"gpus": [{"name": "new-gpu", "gemm_efficiency": {"bf16": 0.5}}]}, "x.json")
     assert err.value.field.startswith("x.json.gpus[0]")
+
+
+def test_spec_error_survives_pickling_with_its_field_and_reason():
+    import pickle
+
+    error = pickle.loads(pickle.dumps(SpecError("parallel.tp_size", "[tp_divides_num_attention_heads] 3 does not divide 32")))
+    assert isinstance(error, SpecError)
+    assert (error.field, error.reason) == ("parallel.tp_size", "[tp_divides_num_attention_heads] 3 does not divide 32")
+    assert str(error) == "parallel.tp_size: [tp_divides_num_attention_heads] 3 does not divide 32"

@@ -11,6 +11,10 @@ class SpecError(ValueError):
         self.field = field
         self.reason = reason
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        """Pickle by (field, reason), so the error crosses a process pool intact."""
+        return (type(self), (self.field, self.reason))
+
 
 def check_positive_int(field: str, value: object) -> None:
     """Raise SpecError unless ``value`` is an int (not a bool) of at least 1."""
