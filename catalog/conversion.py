@@ -1,0 +1,99 @@
+"""Catalog entries (and inline API specs) to the solver's dataclasses.
+
+Units are in the keys: GiB, decimal GB/s, TFLOP/s and microseconds at this edge; bytes, bytes/s,
+FLOP/s and seconds inside the solver. Nothing in this module looks a name up: a cluster's GPU
+arrives resolved (see ``catalog.specs``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from solver.spec.errors import SpecError
+from solver.spec.hardware import ClusterSpec, GpuSpec
+from solver.spec.model import ModelSpec
+from solver.spec.training import Precision
+
+GIB_BYTES = 2**30  # memory_gib: binary GiB
+GB_BYTES = 10**9  # *_gbytes_per_s: decimal GB/s, as spec sheets state bandwidth
+TERA = 10**12  # peak_tflops
+MICRO = 1e-6  # *_latency_us
+
+# Optional cluster figures: (entry key, ClusterSpec field, scale to SI). Absent keys keep
+# ClusterSpec's default.
+CLUSTER_OPTIONAL = (
+    ("intra_node_latency_us", "intra_node_latency_s", MICRO),
+    ("inter_node_latency_us", "inter_node_latency_s", MICRO),
+    ("intra_node_bus_efficiency", "intra_node_bus_efficiency", 1.0),
+    ("inter_node_bus_efficiency", "inter_node_bus_efficiency", 1.0),
+    ("gpu_hour_price_usd", "gpu_hour_price_usd", 1.0),
+)
+
+MODEL_FIELDS = (
+    "name", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size",
+    "vocab_size", "seq_length", "mlp_activation", "tied_embeddings", "architecture", "position_embedding",
+)
+MODEL_REQUIRED = ("name", "num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length")
+
+
+def gpu_spec_from_dict(data: dict[str, Any], field: str = "gpu") -> GpuSpec:
+    """A GpuSpec from a catalog entry or an inline API GPU spec (peak_tflops, memory_gib, ...).
+
+    Raises SpecError naming ``field`` and the offending key."""
+    try:
+        peaks = {Precision(k): float(v) * TERA for k, v in data["peak_tflops"].items()}
+        effs = data.get("gemm_efficiency") or {k: 0.8 for k in data["peak_tflops"]}
+        return GpuSpec(
+            name=str(data["name"]),
+            peak_flops_per_s=peaks,
+            memory_bytes=int(float(data["memory_gib"]) * GIB_BYTES),
+            hbm_bytes_per_s=float(data["hbm_gbytes_per_s"]) * GB_BYTES,
+            gemm_efficiency={Precision(k): float(v) for k, v in effs.items()},
+            hbm_efficiency=float(data.get("hbm_efficiency", 0.8)),
+            num_sms=int(data.get("num_sms", 108)),
+            **({"gemm_saturation_dim": float(data["gemm_saturation_dim"])} if data.get("gemm_saturation_dim") else {}),
+        )
+    except KeyError as missing:
+        raise SpecError(f"{field}.{missing.args[0]}", "is required") from None
+    except ValueError as bad:
+        if isinstance(bad, SpecError):
+            raise SpecError(f"{field}.{bad.field.split('.', 1)[-1]}", bad.reason) from None
+        raise SpecError(field, str(bad)) from None
+
+
+def model_spec_from_dict(data: dict[str, Any]) -> ModelSpec:
+    """A ModelSpec from a catalog entry or an inline API ModelSpec."""
+    kwargs = {k: data[k] for k in MODEL_FIELDS if data.get(k) is not None}
+    for required in MODEL_REQUIRED:
+        if required not in kwargs:
+            raise SpecError(f"model.{required}", "is required")
+    try:
+        return ModelSpec(**kwargs)
+    except SpecError:
+        raise
+    except ValueError as bad:
+        raise SpecError("model", str(bad)) from None
+
+
+def cluster_spec_on_gpu(data: dict[str, Any], gpu: GpuSpec) -> ClusterSpec:
+    """A ClusterSpec from a catalog cluster or an inline API ClusterSpec whose GPU is ``gpu``
+    (``data['gpu']`` is not read)."""
+    try:
+        optional = {
+            target: float(data[key]) * scale for key, target, scale in CLUSTER_OPTIONAL if data.get(key) is not None
+        }
+        return ClusterSpec(
+            name=str(data.get("name", "inline")),
+            gpu=gpu,
+            gpus_per_node=data["gpus_per_node"],
+            num_nodes=data["num_nodes"],
+            intra_node_bytes_per_s=float(data["intra_node_gbytes_per_s"]) * GB_BYTES,
+            inter_node_bytes_per_s=float(data["inter_node_gbytes_per_s"]) * GB_BYTES,
+            **optional,
+        )
+    except KeyError as missing:
+        raise SpecError(f"cluster.{missing.args[0]}", "is required") from None
+    except (TypeError, ValueError) as bad:
+        if isinstance(bad, SpecError):
+            raise
+        raise SpecError("cluster", str(bad)) from None

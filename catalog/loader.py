@@ -1,0 +1,101 @@
+"""Reading the built-in catalog: data/*.json, calibration overrides over the GPUs, lookups by name.
+
+Entries are plain dicts, as the API shows them (sources included); ``catalog.conversion`` turns
+them into solver specs.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from catalog.conversion import gpu_spec_from_dict
+from solver.spec.errors import SpecError
+
+DATA_DIR = Path(__file__).parent / "data"
+OVERRIDES_ENV = "PARTITURA_CATALOG_OVERRIDES"  # calibration files, os.pathsep-separated
+
+
+class CatalogError(LookupError):
+    """A name that is not in the catalog; ``suggestions`` holds close names."""
+
+    def __init__(self, kind: str, name: str, suggestions: list[str]) -> None:
+        hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
+        super().__init__(f"unknown {kind} {name!r}{hint}")
+        self.kind = kind
+        self.name = name
+        self.suggestions = suggestions
+
+
+def close_names(name: str, names: list[str]) -> list[str]:
+    """Up to three of ``names`` close to ``name``, for a 'did you mean' hint."""
+    return difflib.get_close_matches(str(name).lower(), names, n=3, cutoff=0.5)
+
+
+def merge_gpu_overrides(gpus: dict[str, dict[str, Any]], overrides: dict[str, Any], origin: str) -> None:
+    """Merge a calibration override document (``partitura calibrate`` output, keys as in
+    gpus.json) into ``gpus``: fields of a known GPU are replaced and their sources kept beside
+    the old ones; an unknown name must be a complete entry. Raises SpecError naming the field."""
+    entries = overrides.get("gpus")
+    if not isinstance(entries, list):
+        raise SpecError(f"{origin}.gpus", "must be a list of GPU entries")
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise SpecError(f"{origin}.gpus[{index}].name", "is required")
+        merged = copy.deepcopy(gpus.get(entry["name"], {}))
+        sources = {**merged.get("sources", {}), **entry.get("sources", {})}
+        merged.update(entry)
+        merged["sources"] = sources
+        gpu_spec_from_dict(merged, field=f"{origin}.gpus[{index}]")  # validate before use
+        gpus[entry["name"]] = merged
+
+
+def _read(file: str, key: str) -> dict[str, dict[str, Any]]:
+    entries = json.loads((DATA_DIR / file).read_text())[key]
+    return {entry["name"]: entry for entry in entries}
+
+
+@lru_cache(maxsize=1)
+def _load() -> dict[str, dict[str, dict[str, Any]]]:
+    gpus = _read("gpus.json", "gpus")
+    # Calibration overrides, read once per process: PARTITURA_CATALOG_OVERRIDES=file[:file...].
+    for path in filter(None, os.environ.get(OVERRIDES_ENV, "").split(os.pathsep)):
+        merge_gpu_overrides(gpus, json.loads(Path(path).read_text()), origin=Path(path).name)
+    nodes = _read("nodes.json", "nodes")
+    models = _read("models.json", "models")
+    clusters = {}
+    for name, entry in _read("clusters.json", "clusters").items():
+        node = nodes[entry["node"]]
+        cluster = {k: v for k, v in node.items() if k not in ("name", "display_name", "sources")}
+        cluster.update(
+            name=name,
+            node=entry["node"],
+            num_nodes=entry["num_nodes"],
+            gpu_hour_price_usd=entry.get("gpu_hour_price_usd"),
+            source=entry["source"],
+            link_sources=node.get("sources", {}),
+        )
+        clusters[name] = cluster
+    return {"gpus": gpus, "nodes": nodes, "models": models, "clusters": clusters}
+
+
+def _entries(kind: str) -> dict[str, dict[str, Any]]:
+    return _load()[kind]
+
+
+def list_entries(kind: str) -> list[dict[str, Any]]:
+    """All built-in entries of ``kind`` (gpus, nodes, models, clusters), as copies."""
+    return [copy.deepcopy(e) for e in _entries(kind).values()]
+
+
+def get_entry(kind: str, name: str) -> dict[str, Any]:
+    """The built-in entry ``name`` of ``kind``, as a copy; CatalogError with close names if none."""
+    entries = _entries(kind)
+    if name not in entries:
+        raise CatalogError(kind.rstrip("s"), name, close_names(name, list(entries)))
+    return copy.deepcopy(entries[name])

@@ -1,0 +1,45 @@
+"""Catalog names to solver specs: a lookup (``catalog.loader``) then a conversion
+(``catalog.conversion``), including a cluster whose GPU is given by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from catalog.conversion import cluster_spec_on_gpu, gpu_spec_from_dict, model_spec_from_dict
+from catalog.loader import CatalogError, get_entry
+from solver.spec.errors import SpecError
+from solver.spec.hardware import ClusterSpec, GpuSpec
+from solver.spec.model import ModelSpec
+
+
+def get_gpu(name: str) -> GpuSpec:
+    return gpu_spec_from_dict(get_entry("gpus", name))
+
+
+def get_model(name: str) -> ModelSpec:
+    return model_spec_from_dict(get_entry("models", name))
+
+
+def cluster_spec_from_dict(data: dict[str, Any], gpu: GpuSpec | None = None) -> ClusterSpec:
+    """A ClusterSpec from a catalog cluster or an inline API ClusterSpec.
+
+    ``gpu`` may be given already resolved (e.g. a custom GPU); otherwise ``data['gpu']`` is a
+    catalog GPU name or an inline GPU spec.
+    """
+    if gpu is None:
+        raw_gpu = data.get("gpu")
+        if raw_gpu is None:
+            raise SpecError("cluster.gpu", "is required")
+        if isinstance(raw_gpu, str):
+            try:
+                gpu = get_gpu(raw_gpu)
+            except CatalogError as err:
+                hint = f"; did you mean {', '.join(err.suggestions)}?" if err.suggestions else ""
+                raise SpecError("cluster.gpu", f"unknown GPU {raw_gpu!r}{hint}") from None
+        else:
+            gpu = gpu_spec_from_dict(raw_gpu, field="cluster.gpu")
+    return cluster_spec_on_gpu(data, gpu)
+
+
+def get_cluster(name: str) -> ClusterSpec:
+    return cluster_spec_from_dict(get_entry("clusters", name))
