@@ -55,16 +55,22 @@ def merge_gpu_overrides(gpus: dict[str, dict[str, Any]], overrides: dict[str, An
         gpus[entry["name"]] = merged
 
 
+def override_paths() -> tuple[str, ...]:
+    """The calibration files named by PARTITURA_CATALOG_OVERRIDES now (file[:file...])."""
+    return tuple(filter(None, os.environ.get(OVERRIDES_ENV, "").split(os.pathsep)))
+
+
 def _read(file: str, key: str) -> dict[str, dict[str, Any]]:
     entries = json.loads((DATA_DIR / file).read_text())[key]
     return {entry["name"]: entry for entry in entries}
 
 
-@lru_cache(maxsize=1)
-def _load() -> dict[str, dict[str, dict[str, Any]]]:
+@lru_cache(maxsize=8)
+def _load(overrides: tuple[str, ...]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every built-in entry by kind and name, the GPUs with ``overrides`` merged over them in
+    order. Cached per list of override files (their contents are read once per process)."""
     gpus = _read("gpus.json", "gpus")
-    # Calibration overrides, read once per process: PARTITURA_CATALOG_OVERRIDES=file[:file...].
-    for path in filter(None, os.environ.get(OVERRIDES_ENV, "").split(os.pathsep)):
+    for path in overrides:
         merge_gpu_overrides(gpus, json.loads(Path(path).read_text()), origin=Path(path).name)
     nodes = _read("nodes.json", "nodes")
     models = _read("models.json", "models")
@@ -85,7 +91,9 @@ def _load() -> dict[str, dict[str, dict[str, Any]]]:
 
 
 def _entries(kind: str) -> dict[str, dict[str, Any]]:
-    return _load()[kind]
+    # The environment is read here, outside the cache, so a changed PARTITURA_CATALOG_OVERRIDES
+    # takes effect at the next lookup.
+    return _load(override_paths())[kind]
 
 
 def list_entries(kind: str) -> list[dict[str, Any]]:
