@@ -1,61 +1,60 @@
 """The evaluator: one configuration in, predicted step time, throughput and memory out.
 
 It is the single source of truth for time and memory; the optimizer and the validator call it.
-Everything it adds up comes from the per-layer profile (analytic or measured) and the formulas
-in ``solver.cost.schedule`` and ``solver.cost.memory``, each with its source.
+Everything it adds up comes from the per-layer profile (analytic or measured), the stage terms
+of ``solver.cost.stage`` and the formulas in ``solver.cost.schedule`` and ``solver.cost.memory``,
+each with its source. The steps: ``stage_costs`` (per stage, per micro-batch), ``step_time``
+(the schedule and the data-parallel tail), ``throughput`` (tokens/s, FLOP rates, MFU) and
+``violations`` (what does not fit or cannot run), over one ``Policy``.
 """
 
 from __future__ import annotations
 
-from solver.cost.compute import elementwise_time_s
+from dataclasses import dataclass
+
 from solver.cost.derive import resolve_profile
 from solver.cost.flops import hardware_flops_per_iteration, model_flops_per_iteration
-from solver.cost.memory import (
-    GIB_BYTES,
-    GRAD_ACCUMULATION_BYTES_PER_PARAM,
-    WEIGHT_BYTES_PER_PARAM,
-    ZERO3_PREFETCHED_LAYERS,
-    in_flight_micro_batches,
-    model_state_bytes,
-    optimizer_step_bytes_per_param,
-    reserve_bytes,
-)
-from solver.cost.profile import LayerProfile, ModelProfile
-from solver.cost.result import Evaluation, Prediction, StageReport
+from solver.cost.memory import GIB_BYTES, in_flight_micro_batches
+from solver.cost.profile import ModelProfile
+from solver.cost.result import Evaluation, Prediction, StageReport, StepBreakdown
 from solver.cost.schedule import (
     data_parallel_exposed_s,
     pipeline_comm_s,
     pipeline_time_s,
 )
+from solver.cost.stage import (
+    StageCost,
+    StagePolicy,
+    optimizer_step_s,
+    stage_chunks,
+    stage_cost,
+)
 from solver.frameworks import framework_violations
 from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
-from solver.spec.legality import (
-    check_structure,
-    placement_violations,
-    stage_layer_counts,
-)
+from solver.spec.legality import check_structure, placement_violations
 from solver.spec.model import ModelSpec
-from solver.spec.parallel import ParallelConfig
-from solver.spec.training import Framework, Recompute, TrainingSpec
+from solver.spec.parallel import ParallelConfig, micro_batch_count
+from solver.spec.rules import Rule, Violation
+from solver.spec.training import Framework, TrainingSpec
 
 
-def stage_chunks(model: ModelSpec, parallel: ParallelConfig) -> list[list[tuple[int, bool]]]:
-    """Per pipeline stage (GPU), its transformer layers in execution order with a
-    full-recompute flag each. Chunk c (pipeline order) runs on stage c % pp (Megatron-LM's
-    interleaved assignment); within a chunk the first ``full_recompute_layers[c]`` layers are
-    fully recomputed."""
-    counts = stage_layer_counts(model, parallel)
-    stages: list[list[tuple[int, bool]]] = [[] for _ in range(parallel.pp_size)]
-    first = 0
-    for chunk, count in enumerate(counts):
-        if parallel.full_recompute_layers is not None:
-            recomputed = parallel.full_recompute_layers[chunk]
-        else:
-            recomputed = count if parallel.recompute is Recompute.FULL else 0
-        stages[chunk % parallel.pp_size].extend((first + i, i < recomputed) for i in range(count))
-        first += count
-    return stages
+@dataclass(frozen=True)
+class Policy:
+    """What a request adds to a configuration: the framework whose rules and mechanics apply,
+    whether tensor parallelism may span nodes, and the share of GPU memory that may be used."""
+
+    framework: Framework = Framework.ANY
+    allow_tp_across_nodes: bool = True
+    max_memory_fraction: float = 1.0
+
+
+@dataclass(frozen=True)
+class _Tail:
+    """After the last backward each stage syncs its own gradients and steps its optimizer."""
+
+    dp_exposed_s: float
+    optimizer_s: float
 
 
 def evaluate(
@@ -72,115 +71,135 @@ def evaluate(
     """Predict one configuration. Raises SpecError when it is structurally illegal; returns an
     Evaluation with ``feasible=False`` and named violations when it is legal but does not fit
     or the framework cannot run it."""
+    policy = Policy(framework, allow_tp_across_nodes, max_memory_fraction)
     num_gpus = num_gpus or parallel.num_gpus
     check_structure(model, cluster, training, parallel, num_gpus)
     prof = resolve_profile(model, cluster, training, parallel, profile)
     if len(prof.transformer_layers) != model.num_layers:
         raise SpecError("profile.layers", f"the profile has {len(prof.transformer_layers)} transformer layers, the model {model.num_layers}")
 
-    pp, v, dp = parallel.pp_size, parallel.virtual_stages, parallel.dp_size
-    m = training.global_batch_size // (dp * parallel.micro_batch_size)
-    selective = parallel.recompute is Recompute.SELECTIVE
+    m = micro_batch_count(training.global_batch_size, parallel.dp_size, parallel.micro_batch_size)
+    chunks = stage_chunks(model, parallel)
+    costs = stage_costs(prof, chunks, cluster, training, parallel, m)
+    tails = [_tail(cost, cluster, training, parallel, m, policy) for cost in costs]
+    step_s, breakdown = step_time(costs, tails, prof, cluster, parallel, m)
+    recomputed_layers = sum(full for layers in chunks for _, full in layers)
+    reports = tuple(
+        StageReport(
+            stage=stage,
+            layers=tuple(i for i, _ in layers),
+            full_recompute_layers=tuple(i for i, full in layers if full),
+            has_embedding=stage == 0 and prof.embedding is not None,
+            has_head=stage == parallel.pp_size - 1 and prof.head is not None,
+            time_per_micro_batch_s=cost.time.total_s,
+            in_flight_micro_batches=cost.in_flight_micro_batches,
+            memory_bytes=cost.memory,
+            parameter_count=cost.parameter_count,
+        )
+        for stage, (layers, cost) in enumerate(zip(chunks, costs))
+    )
+    found = violations(reports, cluster, parallel, policy)
+    return Evaluation(
+        feasible=not found,
+        violations=tuple(found),
+        prediction=throughput(model, cluster, training, parallel, num_gpus, step_s, breakdown, recomputed_layers),
+        stages=reports,
+        capacity_bytes=cluster.gpu.memory_bytes,
+        peak_stage=max(range(parallel.pp_size), key=lambda i: reports[i].peak_bytes),
+        num_micro_batches=m,
+        profile_origins=prof.origins() if profile is not None else {},
+    )
+
+
+def stage_costs(
+    prof: ModelProfile,
+    chunks: list[list[tuple[int, bool]]],
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    parallel: ParallelConfig,
+    num_micro_batches: int,
+) -> list[StageCost]:
+    """Every pipeline stage's time per micro-batch and peak memory (``solver.cost.stage``)."""
+    pp, v = parallel.pp_size, parallel.virtual_stages
+    policy = StagePolicy.of(cluster.gpu, parallel, training.optimizer, num_micro_batches)
     blocks = prof.transformer_layers
-    embedding, head = prof.embedding, prof.head
-    capacity = cluster.gpu.memory_bytes
-    usable = capacity * max_memory_fraction
+    return [
+        stage_cost(
+            [(blocks[i], full) for i, full in layers],
+            prof.embedding if stage == 0 else None,
+            prof.head if stage == pp - 1 else None,
+            in_flight_micro_batches(stage, pp, v, num_micro_batches),
+            policy,
+        )
+        for stage, layers in enumerate(chunks)
+    ]
 
-    stage_reports: list[StageReport] = []
-    stage_times: list[dict[str, float]] = []
-    for stage, layers in enumerate(stage_chunks(model, parallel)):
-        members: list[tuple[LayerProfile, bool]] = [(blocks[i], full) for i, full in layers]
-        has_embedding = stage == 0 and embedding is not None
-        has_head = stage == pp - 1 and head is not None
-        extras = [layer for layer, here in ((embedding, has_embedding), (head, has_head)) if here]
-        all_members = members + [(layer, False) for layer in extras]
-        times = {
-            "forward": sum(layer.forward_s for layer, _ in all_members),
-            "backward": sum(layer.backward_s for layer, _ in all_members),
-            "recompute": sum(layer.recompute_s(full, selective) for layer, full in all_members),
-            "tp_comm": sum(layer.tp_comm_s for layer, _ in all_members),
-        }
-        times["compute"] = times["forward"] + times["backward"]
-        params = sum(layer.parameter_count for layer, _ in all_members)
-        # With several micro-batches every backward adds into the gradient buffer (the local
-        # shard of it once ZeRO-2/3 reduce-scatter after each micro-batch).
-        accumulated = params / dp if parallel.zero_stage >= 2 else params
-        times["grad_accumulation"] = (
-            elementwise_time_s(cluster.gpu, GRAD_ACCUMULATION_BYTES_PER_PARAM * accumulated) if m > 1 else 0.0
-        )
-        times["total"] = times["compute"] + times["recompute"] + times["tp_comm"] + times["grad_accumulation"]
-        largest_layer = max((layer.parameter_count for layer, _ in all_members), default=0)
 
-        in_flight = in_flight_micro_batches(stage, pp, v, m)
-        memory = model_state_bytes(params, parallel.zero_stage, dp, training.optimizer)
-        kept = sum(layer.kept_bytes(full, selective) for layer, full in members)
-        # Recomputing a layer in backward materialises its activations again; its input (the
-        # checkpoint, already counted) is part of them.
-        working = max((layer.activation_bytes - layer.checkpoint_bytes for layer, full in members if full), default=0)
-        memory["activations"] = in_flight * kept + working
-        memory["embedding_and_logits"] = (
-            (in_flight * embedding.activation_bytes if has_embedding else 0)
-            + (head.activation_bytes if has_head else 0)  # the last stage runs one micro-batch at a time
-        )
-        # ZeRO-3 holds the gathered 16-bit weights of the layer in use and the one prefetched,
-        # never more than the unsharded weights it saves.
-        memory["zero3_gather_buffers"] = (
-            min(ZERO3_PREFETCHED_LAYERS * largest_layer, params * (1 - 1 / dp)) * WEIGHT_BYTES_PER_PARAM
-            if parallel.zero_stage == 3 and dp > 1
-            else 0.0
-        )
-        memory["reserve"] = reserve_bytes(sum(memory.values()))
-        times["dp_exposed"] = data_parallel_exposed_s(
-            cluster, parallel, m, params, largest_layer, times["forward"], times["backward"] + times["recompute"],
-            regather_for_recompute=framework is Framework.DEEPSPEED and any(full for _, full in members),
-            overlap_grad_reduce=training.overlap_grad_reduce,
-        )
-        shard = params / dp if parallel.zero_stage >= 1 else params
-        times["optimizer"] = elementwise_time_s(cluster.gpu, optimizer_step_bytes_per_param(training.optimizer) * shard, kernels=4)
-        stage_times.append(times)
-        stage_reports.append(
-            StageReport(
-                stage=stage,
-                layers=tuple(i for i, _ in layers),
-                full_recompute_layers=tuple(i for i, full in layers if full),
-                has_embedding=has_embedding,
-                has_head=has_head,
-                time_per_micro_batch_s=times["total"],
-                in_flight_micro_batches=in_flight,
-                memory_bytes=memory,
-                parameter_count=params,
-            )
-        )
+def _tail(
+    cost: StageCost, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig, num_micro_batches: int, policy: Policy
+) -> _Tail:
+    """One stage's data-parallel synchronisation not hidden by compute, and its optimizer step."""
+    time = cost.time
+    exposed = data_parallel_exposed_s(
+        cluster, parallel, num_micro_batches, cost.parameter_count, cost.largest_layer_parameter_count,
+        time.forward_s, time.backward_s + time.recompute_s,
+        regather_for_recompute=policy.framework is Framework.DEEPSPEED and cost.any_full_recompute,
+        overlap_grad_reduce=training.overlap_grad_reduce,
+    )
+    stage_policy = StagePolicy.of(cluster.gpu, parallel, training.optimizer, num_micro_batches)
+    return _Tail(exposed, optimizer_step_s(cluster.gpu, cost.parameter_count, stage_policy))
 
-    slowest = max(range(pp), key=lambda i: stage_times[i]["total"])
-    critical = stage_times[slowest]
-    busy_s, bubble_s = pipeline_time_s(critical["total"], pp, v, m)
-    message_bytes = blocks[0].output_bytes if blocks else 0
-    pp_comm = pipeline_comm_s(cluster, parallel, m, message_bytes)
-    # After the last backward each stage syncs its own gradients and steps its optimizer; the
-    # step ends with the slowest of them.
-    tail = max(stage_times, key=lambda t: t["dp_exposed"] + t["optimizer"])
-    step_s = busy_s + bubble_s + pp_comm + tail["dp_exposed"] + tail["optimizer"]
-    breakdown = {
-        "compute_s": m * critical["compute"],
-        "recompute_s": m * critical["recompute"],
-        "tp_comm_s": m * critical["tp_comm"],
-        "grad_accumulation_s": m * critical["grad_accumulation"],
-        "pp_comm_s": pp_comm,
-        "dp_comm_exposed_s": tail["dp_exposed"],
-        "bubble_s": bubble_s,
-        "optimizer_s": tail["optimizer"],
-    }
 
+def step_time(
+    costs: list[StageCost],
+    tails: list[_Tail],
+    prof: ModelProfile,
+    cluster: ClusterSpec,
+    parallel: ParallelConfig,
+    num_micro_batches: int,
+) -> tuple[float, StepBreakdown]:
+    """One step: the schedule over the slowest stage, the pipeline's p2p sends, then the slowest
+    stage tail (gradient sync and optimizer step)."""
+    m = num_micro_batches
+    critical = max(costs, key=lambda cost: cost.time.total_s).time
+    busy_s, bubble_s = pipeline_time_s(critical.total_s, parallel.pp_size, parallel.virtual_stages, m)
+    blocks = prof.transformer_layers
+    pp_comm = pipeline_comm_s(cluster, parallel, m, blocks[0].output_bytes if blocks else 0)
+    tail = max(tails, key=lambda t: t.dp_exposed_s + t.optimizer_s)
+    step_s = busy_s + bubble_s + pp_comm + tail.dp_exposed_s + tail.optimizer_s
+    breakdown = StepBreakdown(
+        compute_s=m * critical.compute_s,
+        recompute_s=m * critical.recompute_s,
+        tp_comm_s=m * critical.tp_comm_s,
+        pp_comm_s=pp_comm,
+        dp_comm_exposed_s=tail.dp_exposed_s,
+        grad_accumulation_s=m * critical.grad_accumulation_s,
+        bubble_s=bubble_s,
+        optimizer_s=tail.optimizer_s,
+    )
+    return step_s, breakdown
+
+
+def throughput(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    parallel: ParallelConfig,
+    num_gpus: int,
+    step_s: float,
+    breakdown: StepBreakdown,
+    recomputed_layers: int,
+) -> Prediction:
+    """Tokens and samples per second, model and hardware FLOP rates per GPU, MFU and HFU
+    (``solver.cost.flops``), and the time to train when a token budget is given."""
     seq = training.seq_length
     model_flops = model_flops_per_iteration(model, training.global_batch_size, seq)
-    recomputed_layers = sum(len(r.full_recompute_layers) for r in stage_reports)
     hardware_flops = hardware_flops_per_iteration(
         model, training.global_batch_size, seq, parallel.recompute, recomputed_layers / model.num_layers
     )
     peak = cluster.gpu.peak(training.precision)
     tokens_per_s = training.tokens_per_step / step_s
-    prediction = Prediction(
+    return Prediction(
         step_time_s=step_s,
         tokens_per_s=tokens_per_s,
         samples_per_s=training.global_batch_size / step_s,
@@ -192,23 +211,23 @@ def evaluate(
         breakdown_s=breakdown,
     )
 
-    violations = framework_violations(parallel, framework) + placement_violations(cluster, parallel, allow_tp_across_nodes)
-    for report in stage_reports:
+
+def violations(
+    reports: tuple[StageReport, ...], cluster: ClusterSpec, parallel: ParallelConfig, policy: Policy
+) -> list[Violation]:
+    """The framework's and placement rules the configuration breaks, and every stage that does
+    not fit in the usable memory."""
+    found = framework_violations(parallel, policy.framework) + placement_violations(
+        cluster, parallel, policy.allow_tp_across_nodes
+    )
+    capacity = cluster.gpu.memory_bytes
+    usable = capacity * policy.max_memory_fraction
+    for report in reports:
         if report.peak_bytes > usable:
             limit = (
                 f"the GPU has {capacity / GIB_BYTES:.1f} GiB"
-                if max_memory_fraction >= 1.0
-                else f"{max_memory_fraction:.0%} of the GPU's {capacity / GIB_BYTES:.1f} GiB is {usable / GIB_BYTES:.1f} GiB"
+                if policy.max_memory_fraction >= 1.0
+                else f"{policy.max_memory_fraction:.0%} of the GPU's {capacity / GIB_BYTES:.1f} GiB is {usable / GIB_BYTES:.1f} GiB"
             )
-            violations.append(f"[memory] stage {report.stage} needs {report.peak_bytes / GIB_BYTES:.1f} GiB, {limit}")
-    peak_stage = max(range(pp), key=lambda i: stage_reports[i].peak_bytes)
-    return Evaluation(
-        feasible=not violations,
-        violations=tuple(violations),
-        prediction=prediction,
-        stages=tuple(stage_reports),
-        capacity_bytes=capacity,
-        peak_stage=peak_stage,
-        num_micro_batches=m,
-        profile_origins=prof.origins() if profile is not None else {},
-    )
+            found.append(Violation(Rule.MEMORY, f"stage {report.stage} needs {report.peak_bytes / GIB_BYTES:.1f} GiB, {limit}"))
+    return found

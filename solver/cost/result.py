@@ -5,31 +5,68 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
+
+from solver.spec.rules import Violation
 
 GIB_BYTES = 2**30
 
-# Keys of the step-time breakdown, in the order they are reported.
-BREAKDOWN_KEYS = (
-    "compute_s",  # forward + backward of all micro-batches on the slowest stage (no comm)
-    "recompute_s",  # extra forward work from activation recomputation
-    "tp_comm_s",  # tensor / sequence parallel collectives
-    "pp_comm_s",  # pipeline point-to-point sends on the critical path
-    "dp_comm_exposed_s",  # data-parallel gradient sync and ZeRO gathers not hidden by compute
-    "grad_accumulation_s",  # adding each micro-batch's gradients into the fp32 buffer
-    "bubble_s",  # pipeline fill and drain
-    "optimizer_s",  # optimizer step over the local shard
-)
+class _FieldMapping(Mapping[str, float]):
+    """Read a frozen dataclass of float fields as a mapping of field name -> value too, in field
+    order (the JSON edge and older callers index breakdowns by name)."""
 
-MEMORY_KEYS = (
-    "weights",
-    "gradients",
-    "optimizer_states",
-    "activations",
-    "embedding_and_logits",
-    "zero3_gather_buffers",
-    "reserve",
-)
+    def __getitem__(self, key: str) -> float:
+        if key not in self._names():
+            raise KeyError(key)
+        return float(getattr(self, key))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    @classmethod
+    def _names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class StageMemory(_FieldMapping):
+    """Peak memory of one stage's GPU by what holds it, in bytes."""
+
+    weights: float
+    gradients: float
+    optimizer_states: float
+    activations: float  # transformer layers' activations in flight + the recompute working set
+    embedding_and_logits: float
+    zero3_gather_buffers: float
+    reserve: float  # runtime reserve + allocator fragmentation
+
+    @property
+    def peak_bytes(self) -> float:
+        return sum(self.values())
+
+
+@dataclass(frozen=True)
+class StepBreakdown(_FieldMapping):
+    """What one step's time is made of, in seconds (``BREAKDOWN_KEYS`` order); the parts add
+    up to the step time."""
+
+    compute_s: float  # forward + backward of all micro-batches on the slowest stage (no comm)
+    recompute_s: float  # extra forward work from activation recomputation
+    tp_comm_s: float  # tensor / sequence parallel collectives
+    pp_comm_s: float  # pipeline point-to-point sends on the critical path
+    dp_comm_exposed_s: float  # data-parallel gradient sync and ZeRO gathers not hidden by compute
+    grad_accumulation_s: float  # adding each micro-batch's gradients into the fp32 buffer
+    bubble_s: float  # pipeline fill and drain
+    optimizer_s: float  # optimizer step over the local shard
+
+
+# The JSON keys of both, in the order they are reported.
+BREAKDOWN_KEYS = tuple(f.name for f in fields(StepBreakdown))
+MEMORY_KEYS = tuple(f.name for f in fields(StageMemory))
 
 
 @dataclass(frozen=True)
@@ -43,7 +80,7 @@ class StageReport:
     has_head: bool
     time_per_micro_batch_s: float  # forward + backward (+ recompute) + TP comm, all chunks
     in_flight_micro_batches: float
-    memory_bytes: dict[str, float]
+    memory_bytes: StageMemory
     parameter_count: int
 
     @property
@@ -75,7 +112,7 @@ class Prediction:
     mfu: float
     hfu: float
     time_to_train_s: float | None
-    breakdown_s: dict[str, float]
+    breakdown_s: StepBreakdown
     samples_per_s: float = 0.0
 
     def to_dict(self) -> dict:
@@ -97,7 +134,7 @@ class Evaluation:
     """The evaluator's verdict on one configuration."""
 
     feasible: bool
-    violations: tuple[str, ...]
+    violations: tuple[Violation, ...]
     prediction: Prediction | None  # None only when the configuration is not even legal
     stages: tuple[StageReport, ...]
     capacity_bytes: float

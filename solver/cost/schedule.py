@@ -23,8 +23,15 @@ def pipeline_bubble_fraction(pp_size: int, virtual_stages: int, num_micro_batche
     return (pp_size - 1) / (virtual_stages * num_micro_batches)
 
 
+def pipeline_slots(pp_size: int, virtual_stages: int, num_micro_batches: int) -> float:
+    """Slots of the slowest stage's per-micro-batch time that one step's schedule takes:
+    m + (p - 1)/v (1F1B, and interleaved 1F1B with v chunks per stage)."""
+    return num_micro_batches + (pp_size - 1) / virtual_stages
+
+
 def pipeline_time_s(slowest_stage_s: float, pp_size: int, virtual_stages: int, num_micro_batches: int) -> tuple[float, float]:
-    """(busy time, bubble time) of one step: m * t_max and (p - 1)/v * t_max."""
+    """(busy time, bubble time) of one step: m * t_max and (p - 1)/v * t_max, which add up to
+    ``pipeline_slots`` x t_max."""
     busy = num_micro_batches * slowest_stage_s
     return busy, busy * pipeline_bubble_fraction(pp_size, virtual_stages, num_micro_batches)
 

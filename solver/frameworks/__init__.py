@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from solver.frameworks import deepspeed, fsdp, megatron
 from solver.spec.parallel import ParallelConfig
+from solver.spec.rules import Violation
 from solver.spec.training import Framework
 
 _RULES = {
@@ -17,6 +18,6 @@ _RULES = {
 }
 
 
-def framework_violations(parallel: ParallelConfig, framework: Framework) -> list[str]:
+def framework_violations(parallel: ParallelConfig, framework: Framework) -> list[Violation]:
     """What ``framework`` cannot run of ``parallel`` (empty when it can)."""
     return _RULES[framework](parallel)

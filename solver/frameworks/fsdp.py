@@ -8,13 +8,14 @@ it has no optimizer-state-only sharding (ZeRO-1).
 from __future__ import annotations
 
 from solver.spec.parallel import ParallelConfig
+from solver.spec.rules import Rule, Violation
 from solver.spec.training import ZeroStage
 
 
-def violations(parallel: ParallelConfig) -> list[str]:
-    out = []
+def violations(parallel: ParallelConfig) -> list[Violation]:
+    out: list[Violation] = []
     if parallel.pp_size > 1:
-        out.append("[framework_pp] fsdp has no pipeline parallelism; pp_size must be 1")
+        out.append(Violation(Rule.FRAMEWORK_PP, "fsdp has no pipeline parallelism; pp_size must be 1"))
     if parallel.zero_stage == ZeroStage.OS:
-        out.append("[framework_zero] fsdp shards gradients with states (ZeRO-2) or everything (ZeRO-3); zero_stage 1 is not available")
+        out.append(Violation(Rule.FRAMEWORK_ZERO, "fsdp shards gradients with states (ZeRO-2) or everything (ZeRO-3); zero_stage 1 is not available"))
     return out

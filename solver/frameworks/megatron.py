@@ -7,11 +7,12 @@ more (Megatron-LM ``--use-distributed-optimizer``); gradients and parameters sta
 from __future__ import annotations
 
 from solver.spec.parallel import ParallelConfig
+from solver.spec.rules import Rule, Violation
 from solver.spec.training import ZeroStage
 
 
-def violations(parallel: ParallelConfig) -> list[str]:
+def violations(parallel: ParallelConfig) -> list[Violation]:
     zero = parallel.zero_stage
     if zero > ZeroStage.OS:
-        return [f"[framework_zero] megatron shards optimizer states only (ZeRO-1); zero_stage {int(zero)} is not available"]
+        return [Violation(Rule.FRAMEWORK_ZERO, f"megatron shards optimizer states only (ZeRO-1); zero_stage {int(zero)} is not available")]
     return []

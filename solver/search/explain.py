@@ -10,38 +10,36 @@ import math
 import time
 from dataclasses import replace
 
-from solver.cost.evaluate import evaluate
 from solver.cost.memory import GIB_BYTES
 from solver.search.request import Constraints, Objective
 from solver.spec.errors import SpecError
 from solver.spec.parallel import parallel_to_dict
+from solver.spec.rules import Rule
 from solver.spec.training import Framework, Recompute
 
-RULE_TEXT = {
-    "[memory]": "no configuration fits in GPU memory",
-    "[deadline]": "no plan meets the deadline",
-    "[tp_within_node]": "tensor parallelism must stay inside a node",
-    "[zero_with_pp]": "ZeRO-2/3 cannot be combined with pipeline parallelism",
-    "[framework_zero]": "the framework does not offer that ZeRO stage",
-    "[framework_pp]": "the framework has no pipeline parallelism",
-    "[batch_divisible]": "the global batch does not divide over dp_size x micro_batch_size",
-    "[pp_at_most_layers]": "more pipeline stages than layers",
-    "[interleave_micro_batches]": "interleaving needs micro-batches in multiples of pp_size",
-    "[interleave_needs_pp]": "interleaving needs pipeline parallelism (pp_size > 1)",
-    "[interleave_layers_divisible]": "interleaving needs num_layers divisible by pp_size x virtual_stages",
-}
 SUGGESTION_BUDGET_S = 20.0  # all suggestion checks together
 
 
-def _binding(run) -> tuple[str, int]:
+def _binding(run) -> tuple[Rule, int]:
+    """The rule that explains an empty result: the deadline or memory when either turned a plan
+    down, else the rule that rejected the most shapes (ties: the first by name)."""
     rejected = run.rejected
-    for rule in ("[deadline]", "[memory]"):
+    for rule in (Rule.DEADLINE, Rule.MEMORY):
         if rejected.get(rule):
             return rule, rejected[rule]
     if not rejected:
-        return "[constraints]", 0
-    rule = max(sorted(rejected), key=lambda r: rejected[r])
+        return Rule.CONSTRAINTS, 0
+    rule = max(sorted(rejected, key=lambda r: r.tag), key=lambda r: rejected[r])
     return rule, rejected[rule]
+
+
+def rejection_counts(run) -> dict[str, int]:
+    """Shapes rejected per rule, by tag (the validator's by its problems), sorted by tag."""
+    counts = {rule.tag: n for rule, n in run.rejected.items() if rule is not Rule.VALIDATOR}
+    for problems in run.validator_problems:
+        key = f"{Rule.VALIDATOR.tag} {problems}"
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def _least_memory_config(shape):
@@ -71,8 +69,7 @@ def closest_miss(run) -> dict | None:
         if parallel in seen:
             continue
         seen.add(parallel)
-        ev = evaluate(request.model, request.cluster, request.training, parallel, shape.num_gpus, request.profile,
-                      c.framework, c.allow_tp_across_nodes, c.max_memory_fraction)
+        ev = request.evaluate(parallel, shape.num_gpus)
         if best is None or ev.peak_bytes < best[0]:
             best = (ev.peak_bytes, parallel, ev, shape.num_gpus)
     if best is None:
@@ -151,18 +148,18 @@ def explain(run, find_plans) -> dict:
     request = run.request
     miss = closest_miss(run) if run.legal else None
     explanation = {
-        "binding_constraint": rule.strip("[]"),
-        "binding_text": RULE_TEXT.get(rule, rule),
-        "rejections": dict(sorted(run.rejected.items())),
+        "binding_constraint": rule.value,
+        "binding_text": rule.summary,
+        "rejections": rejection_counts(run),
         "closest_miss": miss,
         "suggestions": [],
     }
-    if rule == "[memory]" and miss is not None:
+    if rule is Rule.MEMORY and miss is not None:
         explanation["summary"] = "No configuration fits in memory: " + miss["text"]
-    elif rule == "[deadline]":
+    elif rule is Rule.DEADLINE:
         explanation["summary"] = f"No GPU count meets deadline_s {request.deadline_s:g} s"
     else:
-        explanation["summary"] = f"No legal configuration: {RULE_TEXT.get(rule, rule)} ({count} rejected)"
+        explanation["summary"] = f"No legal configuration: {rule.summary} ({count} rejected)"
     stop = min(time.perf_counter() + SUGGESTION_BUDGET_S, run.deadline)  # within the request's time budget
     for what, changed in _changes(run, miss):
         remaining = stop - time.perf_counter()
@@ -184,7 +181,7 @@ def explain(run, find_plans) -> dict:
                 "time_to_train_s": p.time_to_train_s,
                 "peak_gib": best.evaluation.peak_bytes / GIB_BYTES,
             })
-    if rule == "[deadline]" and explanation["suggestions"] and explanation["suggestions"][0]["change"].startswith("drop the deadline"):
+    if rule is Rule.DEADLINE and explanation["suggestions"] and explanation["suggestions"][0]["change"].startswith("drop the deadline"):
         fastest = explanation["suggestions"][0]
         text = (
             f"the fastest plan trains in {fastest['time_to_train_s']:.4g} s on {fastest['num_gpus']} GPUs;"

@@ -26,7 +26,6 @@ import bisect
 import time
 from dataclasses import dataclass, replace
 
-from solver.cost.evaluate import evaluate
 from solver.cost.result import Evaluation
 from solver.cost.schedule import pipeline_comm_s
 from solver.partition.fixed import fixed_partition
@@ -55,6 +54,7 @@ from solver.search.validate import validate
 from solver.spec.errors import SpecError
 from solver.spec.legality import uniform_partition
 from solver.spec.parallel import ParallelConfig, parallel_to_dict
+from solver.spec.rules import Rule
 from solver.spec.training import Recompute
 
 SECONDS_PER_HOUR = 3600.0
@@ -180,12 +180,6 @@ def _to_parallel(shape: Shape, solution: PartitionSolution, even: tuple[int, ...
     return replace(base, recompute=label, stage_layers=layers, full_recompute_layers=recomputed)
 
 
-def _evaluate(request: SearchRequest, parallel: ParallelConfig, num_gpus: int) -> Evaluation:
-    c = request.constraints
-    return evaluate(
-        request.model, request.cluster, request.training, parallel, num_gpus, request.profile,
-        c.framework, c.allow_tp_across_nodes, c.max_memory_fraction,
-    )
 
 
 # --------------------------------------------------------------------------- the search loop
@@ -256,7 +250,7 @@ def _search_count(run, request, num_gpus, top_k, accept, ceiling, held, seen) ->
             return
         plans = _plan(run, shape)
         if not plans:
-            run.reject("[memory]")  # no partition fits, even recomputing every layer it may
+            run.reject(Rule.MEMORY)  # no partition fits, even recomputing every layer it may
         for parallel, step_bound_s in plans:
             if parallel in seen:
                 continue
@@ -265,14 +259,14 @@ def _search_count(run, request, num_gpus, top_k, accept, ceiling, held, seen) ->
                 stats.configurations_pruned += 1  # its exact bottleneck already loses
                 continue
             stats.configurations_evaluated += 1
-            evaluation = _evaluate(request, parallel, num_gpus)
+            evaluation = request.evaluate(parallel, num_gpus)
             if not evaluation.feasible:
-                if any(v.startswith("[memory]") for v in evaluation.violations):
-                    run.reject("[memory]")
+                if any(v.rule is Rule.MEMORY for v in evaluation.violations):
+                    run.reject(Rule.MEMORY)
                     run.closest.append((evaluation.peak_bytes, parallel, evaluation))
                 continue
             if accept is not None and not accept(evaluation):
-                run.reject("[deadline]")
+                run.reject(Rule.DEADLINE)
                 continue
             value = _objective_value(request, evaluation.prediction.step_time_s, num_gpus)
             item = _Held(_rank_key(value, evaluation, parallel, num_gpus), parallel, evaluation, num_gpus, value)
@@ -294,7 +288,7 @@ def _search_min_gpus(run: SearchRun, counts: list[int]) -> list[_Held]:
         steps = request.training.train_tokens / request.training.tokens_per_step
         if steps * count_step_lower_bound_s(run, num_gpus) > request.deadline_s:
             run.stats.configurations_pruned += 1
-            run.reject("[deadline]")
+            run.reject(Rule.DEADLINE)
             continue
         if time.perf_counter() > run.deadline:
             run.stats.timed_out = True
@@ -322,7 +316,8 @@ def find_plans(request: SearchRequest) -> tuple[list[_Held], SearchRun]:
         if report.ok:
             accepted.append(item)
         else:  # never expected: the validator and the search disagree
-            run.reject("[validator] " + "; ".join(report.problems))
+            run.reject(Rule.VALIDATOR)
+            run.validator_problems.append("; ".join(report.problems))
     run.stats.proven_optimal = not run.stats.timed_out and run.partitions_exact
     run.stats.wall_time_s = time.perf_counter() - started
     return accepted, run

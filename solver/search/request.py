@@ -6,10 +6,13 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from solver.cost.evaluate import evaluate
 from solver.cost.profile import ModelProfile
+from solver.cost.result import Evaluation
 from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
 from solver.spec.model import ModelSpec
+from solver.spec.parallel import ParallelConfig
 from solver.spec.training import Framework, Recompute, TrainingSpec
 
 
@@ -144,5 +147,14 @@ class SearchRequest:
     gpu_hour_price_usd: float | None = None  # for MIN_COST; overrides the cluster's price
     time_budget_s: float = 30.0  # safety net; the search is deterministic within it
     profile: ModelProfile | None = None  # a measured profile to plan from
+
+    def evaluate(self, parallel: ParallelConfig, num_gpus: int) -> Evaluation:
+        """The evaluator's verdict on ``parallel`` on ``num_gpus`` GPUs, under this request's
+        profile, framework, placement rule and usable memory."""
+        c = self.constraints
+        return evaluate(
+            self.model, self.cluster, self.training, parallel, num_gpus, self.profile,
+            c.framework, c.allow_tp_across_nodes, c.max_memory_fraction,
+        )
 
 

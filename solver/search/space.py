@@ -22,6 +22,7 @@ from solver.search.result import SearchStats
 from solver.spec.errors import SpecError
 from solver.spec.legality import check_structure, placement_violations
 from solver.spec.parallel import ParallelConfig
+from solver.spec.rules import Rule, Violation
 from solver.spec.training import Recompute, ZeroStage
 
 # A search-space cap: at 256 sequences per micro-batch every GEMM already fills the GPU in
@@ -59,17 +60,18 @@ class SearchRun:
     request: SearchRequest
     stats: SearchStats
     deadline: float
-    rejected: dict[str, int] = field(default_factory=dict)  # rule -> shapes rejected by it
+    rejected: dict[Rule, int] = field(default_factory=dict)  # rule -> shapes rejected by it
+    validator_problems: list[str] = field(default_factory=list)  # what the validator refused (never expected)
     legal: list[Shape] = field(default_factory=list)  # shapes that passed every rule
     closest: list[tuple[float, ParallelConfig, Evaluation]] = field(default_factory=list)  # memory misses
     partitions_exact: bool = True
-    framework_rules: dict[tuple[int, int], list[str]] = field(default_factory=dict)  # (pp, zero) -> violations
+    framework_rules: dict[tuple[int, int], list[Violation]] = field(default_factory=dict)  # (pp, zero) -> violations
     profiles: "Profiles" = field(init=False)  # per-search profile caches
 
     def __post_init__(self) -> None:
         self.profiles = Profiles(self.request)
 
-    def reject(self, rule: str) -> None:
+    def reject(self, rule: Rule) -> None:
         self.rejected[rule] = self.rejected.get(rule, 0) + 1
 
 
@@ -121,7 +123,7 @@ def shapes(run: SearchRun, num_gpus: int):
             if not is_legal(run, Shape(num_gpus, dp, tp, pp, 0, 1, Recompute.NONE, False, 1, False), coarse=True):
                 continue  # tp / pp / batch rules that no micro-batch, ZeRO stage or v can repair
             if training.global_batch_size % dp:
-                run.reject("[batch_divisible]")
+                run.reject(Rule.BATCH_DIVISIBLE)
                 continue
             per_replica = training.global_batch_size // dp
             micro_batches = [b for b in divisors(per_replica) if b <= MICRO_BATCH_CHOICES_MAX and admits("micro_batch_size", b)]
@@ -133,9 +135,9 @@ def shapes(run: SearchRun, num_gpus: int):
                 if not admits("virtual_stages", v):
                     continue
                 if v > 1 and pp == 1:
-                    run.reject("[interleave_needs_pp]")
+                    run.reject(Rule.INTERLEAVE_NEEDS_PP)
                 elif v > 1 and model.num_layers % (pp * v):
-                    run.reject("[interleave_layers_divisible]")
+                    run.reject(Rule.INTERLEAVE_LAYERS_DIVISIBLE)
                 else:
                     virtual.append(v)
             seq_par = [s for s in (False, True) if admits("sequence_parallel", s) and (tp > 1 or not s)]
@@ -143,13 +145,9 @@ def shapes(run: SearchRun, num_gpus: int):
                 micro_batches, zero_stages, _recompute_options(request), virtual, seq_par
             ):
                 if v > 1 and (per_replica // mb) % pp:
-                    run.reject("[interleave_micro_batches]")
+                    run.reject(Rule.INTERLEAVE_MICRO_BATCHES)
                     continue
                 yield Shape(num_gpus, dp, tp, pp, zero, mb, base, full, v, sp)
-
-
-def _rule(message: str) -> str:
-    return message.split("]")[0] + "]" if message.startswith("[") else message
 
 
 def is_legal(run: SearchRun, shape: Shape, coarse: bool = False) -> bool:
@@ -162,14 +160,14 @@ def is_legal(run: SearchRun, shape: Shape, coarse: bool = False) -> bool:
     constraints = request.constraints
     if coarse:
         parallel = shape.uniform()
-        problems = []
+        problems: list[Rule] = []
         try:
             check_structure(request.model, request.cluster, request.training, parallel, shape.num_gpus)
         except SpecError as error:
-            problems.append(_rule(error.reason) if error.reason.startswith("[") else error.field)
-        problems += placement_violations(request.cluster, parallel, constraints.allow_tp_across_nodes)
+            problems.append(error.rule or Rule.CONSTRAINTS)
+        problems += [v.rule for v in placement_violations(request.cluster, parallel, constraints.allow_tp_across_nodes)]
         for problem in problems:
-            run.reject(_rule(problem))
+            run.reject(problem)
         if problems:
             run.stats.configurations_enumerated += 1
             run.stats.configurations_illegal += 1
@@ -179,7 +177,7 @@ def is_legal(run: SearchRun, shape: Shape, coarse: bool = False) -> bool:
         probe = ParallelConfig(pp_size=shape.pp_size, zero_stage=ZeroStage(shape.zero_stage))
         run.framework_rules[key] = framework_violations(probe, constraints.framework)
     for problem in run.framework_rules[key]:
-        run.reject(_rule(problem))
+        run.reject(problem.rule)
     return not run.framework_rules[key]
 
 

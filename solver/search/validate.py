@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from solver.cost.evaluate import evaluate
 from solver.cost.result import Evaluation
 from solver.frameworks import framework_violations
 from solver.search.request import Objective, SearchRequest
@@ -22,6 +21,7 @@ from solver.spec.legality import (
     stage_layer_counts,
 )
 from solver.spec.parallel import ParallelConfig
+from solver.spec.rules import Rule, Violation
 from solver.spec.training import Recompute
 
 RELATIVE_TOLERANCE = 1e-9  # the reported prediction must be the evaluator's, to rounding
@@ -80,15 +80,14 @@ def validate(
         if not c.admits("recompute", value):
             problems.append(f"constraint: recompute {value} is not allowed")
     if parallel.virtual_stages > 1 and model.num_layers % parallel.num_chunks:
-        problems.append("[interleave_layers_divisible] interleaving needs num_layers divisible by pp_size * v")
+        problems.append(Violation(Rule.INTERLEAVE_LAYERS_DIVISIBLE, "interleaving needs num_layers divisible by pp_size * v"))
     problems += framework_violations(parallel, c.framework)
     problems += placement_violations(cluster, parallel, c.allow_tp_across_nodes)
     counts = stage_layer_counts(model, parallel)
     if min(counts) < 1:
         problems.append("partition: a pipeline chunk holds no transformer layer")
 
-    fresh = evaluate(model, cluster, training, parallel, num_gpus, request.profile, c.framework,
-                     c.allow_tp_across_nodes, c.max_memory_fraction)
+    fresh = request.evaluate(parallel, num_gpus)
     if not fresh.feasible:
         problems += [f"evaluator: {v}" for v in fresh.violations]
     usable = cluster.gpu.memory_bytes * c.max_memory_fraction

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+from solver.spec.rules import Rule
+
 
 class SpecError(ValueError):
-    """An input field is invalid. ``field`` is a dotted path (e.g. ``parallel.tp_size``)."""
+    """An input field is invalid. ``field`` is a dotted path (e.g. ``parallel.tp_size``);
+    ``rule`` names the legality rule broken, when one is (its tag then opens ``reason``)."""
 
-    def __init__(self, field: str, reason: str) -> None:
+    def __init__(self, field: str, reason: str, rule: Rule | None = None) -> None:
+        if rule is not None:
+            reason = f"{rule.tag} {reason}"
         super().__init__(f"{field}: {reason}")
         self.field = field
         self.reason = reason
+        self.rule = rule
 
     def __reduce__(self) -> tuple[type, tuple[str, str]]:
-        """Pickle by (field, reason), so the error crosses a process pool intact."""
-        return (type(self), (self.field, self.reason))
+        """Pickle by (field, reason, rule), so the error crosses a process pool intact."""
+        reason = self.reason[len(self.rule.tag) + 1 :] if self.rule is not None else self.reason
+        return (type(self), (self.field, reason, self.rule))
 
 
 def check_positive_int(field: str, value: object) -> None:

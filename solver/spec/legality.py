@@ -12,6 +12,7 @@ from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig
+from solver.spec.rules import Rule, Violation
 from solver.spec.training import TrainingSpec
 
 
@@ -34,14 +35,15 @@ def stage_layer_counts(model: ModelSpec, parallel: ParallelConfig) -> tuple[int,
 def check_structure(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig, num_gpus: int
 ) -> None:
-    """Raise SpecError for the first rule the configuration breaks (rule name in brackets)."""
+    """Raise SpecError for the first rule the configuration breaks (``SpecError.rule`` names it)."""
     if num_gpus > cluster.num_gpus:
-        raise SpecError("num_gpus", f"[gpu_count] {num_gpus} GPUs requested, the cluster has {cluster.num_gpus}")
+        raise SpecError("num_gpus", f"{num_gpus} GPUs requested, the cluster has {cluster.num_gpus}", Rule.GPU_COUNT)
     if parallel.num_gpus != num_gpus:
         raise SpecError(
             "parallel",
-            f"[gpu_count] dp_size * tp_size * pp_size = {parallel.dp_size}*{parallel.tp_size}*{parallel.pp_size}"
+            f"dp_size * tp_size * pp_size = {parallel.dp_size}*{parallel.tp_size}*{parallel.pp_size}"
             f" = {parallel.num_gpus}, but num_gpus is {num_gpus}",
+            Rule.GPU_COUNT,
         )
     tp = parallel.tp_size
     for what, value in (
@@ -50,40 +52,45 @@ def check_structure(
         ("ffn_hidden_size", model.ffn_hidden_size),
     ):
         if value % tp:
-            raise SpecError("parallel.tp_size", f"[tp_divides_{what}] tp_size {tp} does not divide {what}={value}")
+            raise SpecError("parallel.tp_size", f"tp_size {tp} does not divide {what}={value}", Rule(f"tp_divides_{what}"))
     if not cluster.gpu.supports(training.precision):
-        raise SpecError("training.precision", f"[precision] {cluster.gpu.name} has no {training.precision.value} tensor cores")
+        raise SpecError("training.precision", f"{cluster.gpu.name} has no {training.precision.value} tensor cores", Rule.PRECISION)
     per_replica = parallel.dp_size * parallel.micro_batch_size
     if training.global_batch_size % per_replica:
         raise SpecError(
             "training.global_batch_size",
-            f"[batch_divisible] global_batch_size {training.global_batch_size} is not divisible by"
+            f"global_batch_size {training.global_batch_size} is not divisible by"
             f" dp_size * micro_batch_size = {per_replica}",
+            Rule.BATCH_DIVISIBLE,
         )
     num_micro_batches = training.global_batch_size // per_replica
     if parallel.num_chunks > model.num_layers:
         raise SpecError(
             "parallel.pp_size",
-            f"[pp_at_most_layers] pp_size * virtual_stages = {parallel.num_chunks} exceeds num_layers={model.num_layers}",
+            f"pp_size * virtual_stages = {parallel.num_chunks} exceeds num_layers={model.num_layers}",
+            Rule.PP_AT_MOST_LAYERS,
         )
     if parallel.virtual_stages > 1:
         if parallel.pp_size == 1:
-            raise SpecError("parallel.virtual_stages", "[interleave_needs_pp] interleaving needs pp_size > 1")
+            raise SpecError("parallel.virtual_stages", "interleaving needs pp_size > 1", Rule.INTERLEAVE_NEEDS_PP)
         if parallel.stage_layers is None and model.num_layers % parallel.num_chunks:
             raise SpecError(
                 "parallel.virtual_stages",
-                f"[interleave_layers_divisible] num_layers={model.num_layers} is not divisible by"
+                f"num_layers={model.num_layers} is not divisible by"
                 f" pp_size * virtual_stages = {parallel.num_chunks}",
+                Rule.INTERLEAVE_LAYERS_DIVISIBLE,
             )
         if num_micro_batches % parallel.pp_size:
             raise SpecError(
                 "parallel.virtual_stages",
-                f"[interleave_micro_batches] {num_micro_batches} micro-batches is not a multiple of pp_size={parallel.pp_size}",
+                f"{num_micro_batches} micro-batches is not a multiple of pp_size={parallel.pp_size}",
+                Rule.INTERLEAVE_MICRO_BATCHES,
             )
     if parallel.stage_layers is not None and sum(parallel.stage_layers) != model.num_layers:
         raise SpecError(
             "parallel.stage_layers",
-            f"[partition_covers_layers] stage_layers sum to {sum(parallel.stage_layers)}, the model has {model.num_layers} layers",
+            f"stage_layers sum to {sum(parallel.stage_layers)}, the model has {model.num_layers} layers",
+            Rule.PARTITION_COVERS_LAYERS,
         )
     if parallel.full_recompute_layers is not None:
         counts = stage_layer_counts(model, parallel)
@@ -91,16 +98,19 @@ def check_structure(
             if recomputed > held:
                 raise SpecError(
                     f"parallel.full_recompute_layers[{chunk}]",
-                    f"[recompute_within_stage] {recomputed} recomputed layers, the chunk holds {held}",
+                    f"{recomputed} recomputed layers, the chunk holds {held}",
+                    Rule.RECOMPUTE_WITHIN_STAGE,
                 )
 
 
-def placement_violations(cluster: ClusterSpec, parallel: ParallelConfig, allow_tp_across_nodes: bool) -> list[str]:
+def placement_violations(cluster: ClusterSpec, parallel: ParallelConfig, allow_tp_across_nodes: bool) -> list[Violation]:
     # TP ranks are adjacent (Megatron-LM's layout): a group stays in one node only when tp_size
     # divides the node's GPU count (tp 6 on 8-GPU nodes puts ranks 6-11 across two nodes).
     if not allow_tp_across_nodes and cluster.gpus_per_node % parallel.tp_size:
         return [
-            f"[tp_within_node] tp_size {parallel.tp_size} spans nodes of {cluster.gpus_per_node} GPUs"
-            " (allow_tp_across_nodes is false)"
+            Violation(
+                Rule.TP_WITHIN_NODE,
+                f"tp_size {parallel.tp_size} spans nodes of {cluster.gpus_per_node} GPUs (allow_tp_across_nodes is false)",
+            )
         ]
     return []

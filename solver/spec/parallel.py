@@ -66,6 +66,12 @@ class ParallelConfig:
         return self.pp_size * self.virtual_stages
 
 
+def micro_batch_count(global_batch_size: int, dp_size: int, micro_batch_size: int) -> int:
+    """Micro-batches each data-parallel replica runs per step: B / (dp * mb) (exact once
+    ``check_structure`` has passed)."""
+    return global_batch_size // (dp_size * micro_batch_size)
+
+
 def parallel_to_dict(parallel: ParallelConfig) -> dict:
     return {
         "dp_size": parallel.dp_size,

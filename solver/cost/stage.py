@@ -1,0 +1,203 @@
+"""One pipeline stage's time and memory per micro-batch: the only place their terms are written.
+
+A stage (one GPU of a pipeline; all its chunks when interleaved) holds some transformer layers,
+each either fully recomputed or not, plus the embedding on the first stage and the head on the
+last ("extras"). Its time per micro-batch and its peak memory are
+
+    time   = sum over layers of time_s(full, selective) + extras' time + gradient accumulation
+    memory = in_flight x sum over layers of kept_bytes(full, selective) + recompute working set
+             + model states (ZeRO) + extras' activations + ZeRO-3 gather buffers + reserve
+
+``stage_cost`` adds these up in floats for the evaluator; ``solver.partition.problem`` scales the
+same terms to integers (ns, KiB) for the partition solvers, through the functions below, so that
+a change to any term is made here once. Sources are in ``solver.cost.memory`` (model states,
+in-flight micro-batches, reserve) and ``solver.cost.profile`` (per-layer terms).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from solver.cost.compute import elementwise_time_s
+from solver.cost.memory import (
+    GRAD_ACCUMULATION_BYTES_PER_PARAM,
+    WEIGHT_BYTES_PER_PARAM,
+    ZERO3_PREFETCHED_LAYERS,
+    model_state_bytes,
+    optimizer_step_bytes_per_param,
+    reserve_bytes,
+)
+from solver.cost.profile import LayerProfile
+from solver.cost.result import StageMemory
+from solver.spec.hardware import GpuSpec
+from solver.spec.legality import stage_layer_counts
+from solver.spec.model import ModelSpec
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import OptimizerKind, Recompute, ZeroStage
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """One micro-batch's time on one stage, in seconds, by kind of work."""
+
+    forward_s: float
+    backward_s: float
+    recompute_s: float
+    tp_comm_s: float
+    grad_accumulation_s: float
+
+    @property
+    def compute_s(self) -> float:
+        return self.forward_s + self.backward_s
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.recompute_s + self.tp_comm_s + self.grad_accumulation_s
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """What one stage costs per micro-batch, and what its data-parallel tail depends on."""
+
+    time: StageTime
+    memory: StageMemory
+    parameter_count: int  # on this GPU (after TP, before ZeRO)
+    largest_layer_parameter_count: int
+    in_flight_micro_batches: float
+    any_full_recompute: bool
+
+
+@dataclass(frozen=True)
+class StagePolicy:
+    """What every stage of one configuration shares."""
+
+    gpu: GpuSpec
+    zero_stage: ZeroStage
+    dp_size: int
+    optimizer: OptimizerKind
+    num_micro_batches: int
+    selective: bool  # layers not fully recomputed use selective recomputation
+
+    @staticmethod
+    def of(gpu: GpuSpec, parallel: ParallelConfig, optimizer: OptimizerKind, num_micro_batches: int) -> "StagePolicy":
+        return StagePolicy(
+            gpu, parallel.zero_stage, parallel.dp_size, optimizer, num_micro_batches,
+            parallel.recompute is Recompute.SELECTIVE,
+        )
+
+
+# --------------------------------------------------------------------------- the terms
+
+
+def stage_chunks(model: ModelSpec, parallel: ParallelConfig) -> list[list[tuple[int, bool]]]:
+    """Per pipeline stage (GPU), its transformer layers in execution order with a
+    full-recompute flag each. Chunk c (pipeline order) runs on stage c % pp (Megatron-LM's
+    interleaved assignment); within a chunk the first ``full_recompute_layers[c]`` layers are
+    fully recomputed."""
+    counts = stage_layer_counts(model, parallel)
+    stages: list[list[tuple[int, bool]]] = [[] for _ in range(parallel.pp_size)]
+    first = 0
+    for chunk, count in enumerate(counts):
+        if parallel.full_recompute_layers is not None:
+            recomputed = parallel.full_recompute_layers[chunk]
+        else:
+            recomputed = count if parallel.recompute is Recompute.FULL else 0
+        stages[chunk % parallel.pp_size].extend((first + i, i < recomputed) for i in range(count))
+        first += count
+    return stages
+
+
+def accumulated_parameter_count(parameter_count: float, zero_stage: ZeroStage, dp_size: int) -> float:
+    """Parameters whose gradients each backward adds into the fp32 buffer: all of them, or the
+    local shard once ZeRO-2/3 reduce-scatter after every micro-batch."""
+    return parameter_count / dp_size if zero_stage >= ZeroStage.OS_G else parameter_count
+
+
+def grad_accumulation_s(gpu: GpuSpec, parameter_count: float, policy: StagePolicy) -> float:
+    """One micro-batch's gradient accumulation for ``parameter_count`` parameters (one kernel);
+    nothing with a single micro-batch, whose gradients are the result."""
+    if policy.num_micro_batches <= 1:
+        return 0.0
+    accumulated = accumulated_parameter_count(parameter_count, policy.zero_stage, policy.dp_size)
+    return elementwise_time_s(gpu, GRAD_ACCUMULATION_BYTES_PER_PARAM * accumulated)
+
+
+def zero3_gather_buffer_bytes(
+    largest_layer_parameter_count: float, stage_parameter_count: float, zero_stage: ZeroStage, dp_size: int
+) -> float:
+    """ZeRO-3 holds the gathered 16-bit weights of the layer in use and the one prefetched,
+    never more than the unsharded weights it saves (``stage_parameter_count`` = inf: the bound
+    before the stage's layers are known)."""
+    if zero_stage != ZeroStage.OS_G_P or dp_size <= 1:
+        return 0.0
+    gathered = min(ZERO3_PREFETCHED_LAYERS * largest_layer_parameter_count, stage_parameter_count * (1 - 1 / dp_size))
+    return gathered * WEIGHT_BYTES_PER_PARAM
+
+
+def extras_activation_bytes(in_flight: float, embedding: LayerProfile | None, head: LayerProfile | None) -> float:
+    """Activations of the embedding (first stage, ``in_flight`` micro-batches of it) and of the
+    head (last stage: it runs one micro-batch at a time, so one micro-batch of logits)."""
+    return (in_flight * embedding.activation_bytes if embedding is not None else 0) + (
+        head.activation_bytes if head is not None else 0
+    )
+
+
+def recompute_working_bytes(layer: LayerProfile) -> int:
+    """Recomputing a layer in backward materialises its activations again; its input (the
+    checkpoint, already counted as kept) is part of them."""
+    return layer.activation_bytes - layer.checkpoint_bytes
+
+
+def activation_bytes(in_flight: Any, kept_bytes: Any, working_bytes: Any) -> Any:
+    """The stage's transformer activations at its peak: ``in_flight`` micro-batches of what its
+    layers keep, plus one recomputed layer's working set. Written once for every form it is
+    used in: floats (the evaluator), integers and numpy arrays (the partition solvers) and
+    CP-SAT linear expressions."""
+    return in_flight * kept_bytes + working_bytes
+
+
+def optimizer_step_s(gpu: GpuSpec, parameter_count: float, policy: StagePolicy) -> float:
+    """The optimizer step over this GPU's shard (ZeRO-1+ shards the optimizer states)."""
+    shard = parameter_count / policy.dp_size if policy.zero_stage >= ZeroStage.OS else parameter_count
+    return elementwise_time_s(gpu, optimizer_step_bytes_per_param(policy.optimizer) * shard, kernels=4)
+
+
+# --------------------------------------------------------------------------- one stage
+
+
+def stage_cost(
+    layers: list[tuple[LayerProfile, bool]],
+    embedding: LayerProfile | None,
+    head: LayerProfile | None,
+    in_flight: float,
+    policy: StagePolicy,
+) -> StageCost:
+    """One stage's time per micro-batch and peak memory: ``layers`` are its transformer layers
+    with their full-recompute flags; ``embedding`` / ``head`` are given on the stage that runs
+    them."""
+    selective = policy.selective
+    extras = [layer for layer in (embedding, head) if layer is not None]
+    everything = layers + [(layer, False) for layer in extras]
+    params = sum(layer.parameter_count for layer, _ in everything)
+    time = StageTime(
+        forward_s=sum(layer.forward_s for layer, _ in everything),
+        backward_s=sum(layer.backward_s for layer, _ in everything),
+        recompute_s=sum(layer.recompute_s(full, selective) for layer, full in everything),
+        tp_comm_s=sum(layer.tp_comm_s for layer, _ in everything),
+        grad_accumulation_s=grad_accumulation_s(policy.gpu, params, policy),
+    )
+    largest = max((layer.parameter_count for layer, _ in everything), default=0)
+    states = model_state_bytes(params, policy.zero_stage, policy.dp_size, policy.optimizer)
+    kept = sum(layer.kept_bytes(full, selective) for layer, full in layers)
+    working = max((recompute_working_bytes(layer) for layer, full in layers if full), default=0)
+    allocated = dict(
+        weights=states["weights"],
+        gradients=states["gradients"],
+        optimizer_states=states["optimizer_states"],
+        activations=activation_bytes(in_flight, kept, working),
+        embedding_and_logits=extras_activation_bytes(in_flight, embedding, head),
+        zero3_gather_buffers=zero3_gather_buffer_bytes(largest, params, policy.zero_stage, policy.dp_size),
+    )
+    memory = StageMemory(**allocated, reserve=reserve_bytes(sum(allocated.values())))
+    return StageCost(time, memory, params, largest, in_flight, any(full for _, full in layers))

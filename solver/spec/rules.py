@@ -1,0 +1,80 @@
+"""Every rule a configuration or a search can break, by name, and the violation type that
+carries one.
+
+A rule's name travels as data (``Violation.rule``, ``SpecError.rule``), never parsed back out of
+message text. The text form ``"[rule] what broke it"`` is what the API prints; ``Violation`` is
+that string with its rule attached, so it serialises as the text and still answers ``.rule``.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Rule(str, Enum):
+    # Structure (``solver.spec.legality.check_structure``): the configuration has no meaning.
+    GPU_COUNT = "gpu_count"
+    TP_DIVIDES_NUM_ATTENTION_HEADS = "tp_divides_num_attention_heads"
+    TP_DIVIDES_NUM_KV_HEADS = "tp_divides_num_kv_heads"
+    TP_DIVIDES_FFN_HIDDEN_SIZE = "tp_divides_ffn_hidden_size"
+    PRECISION = "precision"
+    BATCH_DIVISIBLE = "batch_divisible"
+    PP_AT_MOST_LAYERS = "pp_at_most_layers"
+    INTERLEAVE_NEEDS_PP = "interleave_needs_pp"
+    INTERLEAVE_LAYERS_DIVISIBLE = "interleave_layers_divisible"
+    INTERLEAVE_MICRO_BATCHES = "interleave_micro_batches"
+    PARTITION_COVERS_LAYERS = "partition_covers_layers"
+    RECOMPUTE_WITHIN_STAGE = "recompute_within_stage"
+    # Policy: costed, but a framework cannot run it or the request forbids it.
+    TP_WITHIN_NODE = "tp_within_node"
+    ZERO_WITH_PP = "zero_with_pp"
+    FRAMEWORK_ZERO = "framework_zero"
+    FRAMEWORK_PP = "framework_pp"
+    # Fit and objective.
+    MEMORY = "memory"
+    DEADLINE = "deadline"
+    # Search bookkeeping: nothing left after the request's own constraints; the validator
+    # disagreeing with the search (never expected).
+    CONSTRAINTS = "constraints"
+    VALIDATOR = "validator"
+
+    @property
+    def tag(self) -> str:
+        """The bracketed form used in messages and in a search's rejection counts."""
+        return f"[{self.value}]"
+
+    @property
+    def summary(self) -> str:
+        """One line a person can read, for an explanation; the tag where none is written."""
+        return _SUMMARIES.get(self, self.tag)
+
+
+_SUMMARIES = {
+    Rule.MEMORY: "no configuration fits in GPU memory",
+    Rule.DEADLINE: "no plan meets the deadline",
+    Rule.TP_WITHIN_NODE: "tensor parallelism must stay inside a node",
+    Rule.ZERO_WITH_PP: "ZeRO-2/3 cannot be combined with pipeline parallelism",
+    Rule.FRAMEWORK_ZERO: "the framework does not offer that ZeRO stage",
+    Rule.FRAMEWORK_PP: "the framework has no pipeline parallelism",
+    Rule.BATCH_DIVISIBLE: "the global batch does not divide over dp_size x micro_batch_size",
+    Rule.PP_AT_MOST_LAYERS: "more pipeline stages than layers",
+    Rule.INTERLEAVE_MICRO_BATCHES: "interleaving needs micro-batches in multiples of pp_size",
+    Rule.INTERLEAVE_NEEDS_PP: "interleaving needs pipeline parallelism (pp_size > 1)",
+    Rule.INTERLEAVE_LAYERS_DIVISIBLE: "interleaving needs num_layers divisible by pp_size x virtual_stages",
+}
+
+
+class Violation(str):
+    """A broken rule: its ``rule`` and ``text``; as a string, ``"[rule] text"``."""
+
+    rule: Rule
+    text: str
+
+    def __new__(cls, rule: Rule, text: str) -> "Violation":
+        self = super().__new__(cls, f"{rule.tag} {text}")
+        self.rule = rule
+        self.text = text
+        return self
+
+    def __reduce__(self) -> tuple[type, tuple[Rule, str]]:
+        return (type(self), (self.rule, self.text))
