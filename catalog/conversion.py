@@ -1,8 +1,11 @@
 """Catalog entries (and inline API specs) to the solver's dataclasses.
 
 Units are in the keys: GiB, decimal GB/s, TFLOP/s and microseconds at this edge; bytes, bytes/s,
-FLOP/s and seconds inside the solver. Nothing in this module looks a name up: a cluster's GPU
-arrives resolved (see ``catalog.specs``).
+FLOP/s and seconds inside the solver. A knob with a solver default (``solver.spec.hardware``:
+SM count, short-k saturation, HBM and bus efficiencies, latencies) that the entry does not give is
+left to that default, stated there once with its source and never restated here; only
+gemm_efficiency, which the solver requires, has its fallback below. Nothing in this module looks
+a name up: a cluster's GPU arrives resolved (see ``catalog.specs``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,18 @@ GIB_BYTES = 2**30  # memory_gib: binary GiB
 GB_BYTES = 10**9  # *_gbytes_per_s: decimal GB/s, as spec sheets state bandwidth
 TERA = 10**12  # peak_tflops
 MICRO = 1e-6  # *_latency_us
+
+# A GPU spec without gemm_efficiency (an inline API GPU may omit it) gets this fraction of peak
+# for each of its precisions. Assumed, with no measurement behind it: a round figure near the
+# measured maxima of the NVIDIA parts in data/gpus.json (H100 0.803, A100 0.869; stas00).
+DEFAULT_GEMM_EFFICIENCY = 0.8
+
+# Optional GPU knobs: (entry key, GpuSpec field, type). Absent keys keep GpuSpec's default.
+GPU_OPTIONAL = (
+    ("hbm_efficiency", "hbm_efficiency", float),
+    ("num_sms", "num_sms", int),
+    ("gemm_saturation_dim", "gemm_saturation_dim", float),
+)
 
 # Optional cluster figures: (entry key, ClusterSpec field, scale to SI). Absent keys keep
 # ClusterSpec's default.
@@ -42,16 +57,14 @@ def gpu_spec_from_dict(data: dict[str, Any], field: str = "gpu") -> GpuSpec:
     Raises SpecError naming ``field`` and the offending key."""
     try:
         peaks = {Precision(k): float(v) * TERA for k, v in data["peak_tflops"].items()}
-        effs = data.get("gemm_efficiency") or {k: 0.8 for k in data["peak_tflops"]}
+        effs = data.get("gemm_efficiency") or {k: DEFAULT_GEMM_EFFICIENCY for k in data["peak_tflops"]}
         return GpuSpec(
             name=str(data["name"]),
             peak_flops_per_s=peaks,
             memory_bytes=int(float(data["memory_gib"]) * GIB_BYTES),
             hbm_bytes_per_s=float(data["hbm_gbytes_per_s"]) * GB_BYTES,
             gemm_efficiency={Precision(k): float(v) for k, v in effs.items()},
-            hbm_efficiency=float(data.get("hbm_efficiency", 0.8)),
-            num_sms=int(data.get("num_sms", 108)),
-            **({"gemm_saturation_dim": float(data["gemm_saturation_dim"])} if data.get("gemm_saturation_dim") else {}),
+            **{target: cast(data[key]) for key, target, cast in GPU_OPTIONAL if data.get(key) is not None},
         )
     except KeyError as missing:
         raise SpecError(f"{field}.{missing.args[0]}", "is required") from None

@@ -1,7 +1,9 @@
 """What the hardware is: a GPU type and a cluster of nodes of it.
 
 Calibration constants (achievable GEMM fraction, HBM and collective efficiency) are fields here,
-filled from the catalog where each value carries its source; the solver itself holds none.
+filled from the catalog (``catalog/data``), where each value carries its source. A spec that does
+not give one (an inline API GPU or cluster, a spec built in code) gets the default below, stated
+once here with its source; the catalog's conversion does not restate them.
 """
 
 from __future__ import annotations
@@ -10,6 +12,37 @@ from dataclasses import dataclass, field
 
 from solver.spec.errors import SpecError
 from solver.spec.training import Precision
+
+# --- GPU defaults -------------------------------------------------------------------------------
+# Streaming multiprocessors: the A100's 108 (NVIDIA A100 Tensor Core GPU Architecture whitepaper).
+# Every built-in GPU states its own (data/gpus.json); an inline API GPU cannot, so it is costed
+# with an A100's SM count.
+DEFAULT_NUM_SMS = 108
+# Short-k penalty of solver.cost.compute: CUTLASS's default A100 (SM80) fp16/bf16 tensor-op GEMM
+# (include/cutlass/gemm/device/default_gemm_configuration.h: 128x256x64 threadblock tiles,
+# kStages = 3) runs a 3-stage mainloop over 64-wide k tiles, so its prologue and epilogue cost
+# about 3 x 64 = 192 iterations' worth of k. Derived from that kernel configuration, not fitted:
+# `partitura calibrate` fits a per-GPU value (profiler/calibrate.py). An A100 value: each built-in
+# GPU states its own in data/gpus.json with its source (the A100 value, so marked, where none has
+# been measured on that GPU).
+DEFAULT_GEMM_SATURATION_DIM = 192.0
+# Fraction of spec HBM bandwidth that streaming element-wise kernels reach: STREAM-style copies on
+# A100 reach about 80% (data/gpus.json a100 entries; Jia et al. 2018 measure 0.83 on V100).
+DEFAULT_HBM_EFFICIENCY = 0.8
+# Per-kernel launch overhead added to every GEMM and element-wise kernel: an assumed round 5 us,
+# the few-microsecond order of a CUDA kernel launch seen in empty-kernel launch timings. Not
+# measured per GPU and not fitted by `partitura calibrate`; no catalog entry overrides it.
+KERNEL_LAUNCH_S = 5e-6
+
+# --- Cluster defaults ---------------------------------------------------------------------------
+# Per-step latency of a ring collective: a few microseconds on NVLink, about 10 us over
+# InfiniBand (nccl-tests small-message times; data/nodes.json "latency" sources).
+DEFAULT_INTRA_NODE_LATENCY_S = 5e-6
+DEFAULT_INTER_NODE_LATENCY_S = 10e-6
+# Fraction of one-way link bandwidth a NCCL ring collective reaches (nccl-tests busbw / nominal):
+# an A100 node all-reduce reaches about 80% of the 300 GB/s NVLink spec; the same fraction is
+# assumed for InfiniBand rings (data/nodes.json "bus_efficiency" sources).
+DEFAULT_BUS_EFFICIENCY = 0.8
 
 
 @dataclass(frozen=True)
@@ -21,7 +54,8 @@ class GpuSpec:
     ``num_sms`` the streaming multiprocessors (compute units) that GEMM tiles are spread over;
     ``gemm_saturation_dim`` the k (inner dimension) at which a GEMM reaches half of its
     large-k efficiency (see ``solver.cost.compute``);
-    ``hbm_efficiency`` the fraction of HBM bandwidth that streaming element-wise kernels reach.
+    ``hbm_efficiency`` the fraction of HBM bandwidth that streaming element-wise kernels reach;
+    ``kernel_launch_s`` the fixed time each kernel adds. Defaults: see the module constants.
     """
 
     name: str
@@ -29,10 +63,10 @@ class GpuSpec:
     memory_bytes: int
     hbm_bytes_per_s: float
     gemm_efficiency: dict[Precision, float] = field(hash=False)
-    num_sms: int = 108
-    gemm_saturation_dim: float = 192.0  # CUTLASS A100 fp16 default: 3-stage mainloop x 64-wide k tiles
-    hbm_efficiency: float = 0.8
-    kernel_launch_s: float = 5e-6
+    num_sms: int = DEFAULT_NUM_SMS
+    gemm_saturation_dim: float = DEFAULT_GEMM_SATURATION_DIM
+    hbm_efficiency: float = DEFAULT_HBM_EFFICIENCY
+    kernel_launch_s: float = KERNEL_LAUNCH_S
 
     def __post_init__(self) -> None:
         peaks = {Precision(k): float(v) for k, v in self.peak_flops_per_s.items()}
@@ -89,10 +123,10 @@ class ClusterSpec:
     num_nodes: int
     intra_node_bytes_per_s: float
     inter_node_bytes_per_s: float
-    intra_node_latency_s: float = 5e-6
-    inter_node_latency_s: float = 10e-6
-    intra_node_bus_efficiency: float = 0.8
-    inter_node_bus_efficiency: float = 0.8
+    intra_node_latency_s: float = DEFAULT_INTRA_NODE_LATENCY_S
+    inter_node_latency_s: float = DEFAULT_INTER_NODE_LATENCY_S
+    intra_node_bus_efficiency: float = DEFAULT_BUS_EFFICIENCY
+    inter_node_bus_efficiency: float = DEFAULT_BUS_EFFICIENCY
     gpu_hour_price_usd: float | None = None
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
