@@ -20,13 +20,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import catalog  # noqa: E402
-from solver.spec.errors import SpecError
 from solver.cost.evaluate import evaluate
-from solver.spec.training import Framework, Recompute, TrainingSpec, ZeroStage
-from solver.spec.parallel import ParallelConfig
 from solver.cost.flops import total_parameter_count
-from solver.spec.model import Architecture, ModelSpec
 from solver.cost.result import Evaluation
+from solver.spec.errors import SpecError
+from solver.spec.model import Architecture, ModelSpec
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import Framework, Recompute, TrainingSpec, ZeroStage
 
 DATA = Path(__file__).parent / "data"
 MAPE_TARGET = 0.10

@@ -28,13 +28,13 @@ from bench.accuracy import (  # noqa: E402
     record_settings,
     training_for,
 )
-from solver.spec.errors import SpecError
 from solver.cost.evaluate import evaluate
-from solver.spec.training import Framework
-from solver.spec.parallel import ParallelConfig
 from solver.cost.result import Evaluation
 from solver.search.loop import search
 from solver.search.request import Constraints, SearchRequest
+from solver.spec.errors import SpecError
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import Framework
 
 RELATIVE_SLACK = 1e-9  # "at least": equal predictions (the same plan) pass
 BREAKDOWN_NAMES = {

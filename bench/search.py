@@ -23,9 +23,9 @@ if str(ROOT) not in sys.path:
 import catalog  # noqa: E402
 from solver.cost.analytic import analytic_profile
 from solver.cost.evaluate import evaluate
-from solver.spec.training import Recompute, TrainingSpec
 from solver.search.loop import search
 from solver.search.request import Constraints, SearchRequest
+from solver.spec.training import Recompute, TrainingSpec
 
 RUNS = 5
 TARGETS_S = {"gpt3-175b": 1.0, "megatron-1t": 3.0}
@@ -113,12 +113,12 @@ def partition_solvers() -> None:
     from one with +/-2% per-layer noise (as a measured profile would have)."""
     import random
 
-    from solver.spec.parallel import ParallelConfig
-    from solver.spec.training import ZeroStage
-    from solver.partition.problem import partition_problem
-    from solver.partition.fast import solve_fast
     from solver.partition.chain import solve_chain
     from solver.partition.cpsat import solve_cpsat
+    from solver.partition.fast import solve_fast
+    from solver.partition.problem import partition_problem
+    from solver.spec.parallel import ParallelConfig
+    from solver.spec.training import ZeroStage
 
     model = catalog.get_model("megatron-1t")
     nodes = cluster("dgx-a100-80gb", 3072)

@@ -12,15 +12,15 @@ import pytest
 import catalog
 from solver.cost.analytic import analytic_profile
 from solver.cost.evaluate import evaluate
-from solver.spec.parallel import ParallelConfig
-from solver.spec.training import Recompute, TrainingSpec, ZeroStage
-from solver.spec.legality import stage_layer_counts
-from solver.partition.problem import NS_PER_S, PartitionProblem, partition_problem
-from solver.partition.fixed import fixed_partition, stage_cost
-from solver.partition.solve import solve
-from solver.partition.fast import solve_fast
 from solver.partition.chain import solve_chain
 from solver.partition.cpsat import solve_cpsat
+from solver.partition.fast import solve_fast
+from solver.partition.fixed import fixed_partition, stage_cost
+from solver.partition.problem import NS_PER_S, PartitionProblem, partition_problem
+from solver.partition.solve import solve
+from solver.spec.legality import stage_layer_counts
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import Recompute, TrainingSpec, ZeroStage
 
 
 def random_problem(rng: random.Random, layers: int, stages: int, identical: bool) -> PartitionProblem:

@@ -10,12 +10,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from profiler.calibrate import SATURATION_GRID, fit_gemm_model, GemmSample  # noqa: E402
+from profiler.calibrate import SATURATION_GRID, GemmSample, fit_gemm_model  # noqa: E402
 from profiler.cli import main, match_catalog_gpu  # noqa: E402
 from solver.cost.compute import gemm_time_s
-from solver.spec.training import Precision
-from solver.spec.hardware import GpuSpec
 from solver.io.profile_format import parse_profile_document
+from solver.spec.hardware import GpuSpec
+from solver.spec.training import Precision
 
 SPEC = {
     "name": "tiny-cli", "num_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "vocab_size": 128,

@@ -6,13 +6,18 @@ import json
 
 import pytest
 
-from solver.spec.errors import SpecError
-from solver.spec.training import Precision
-from solver.spec.model import ModelSpec
-from solver.cost.profile import LayerKind, LayerProfile, ModelProfile, Origin
 from profiler.pipedream import import_pipedream, parse_pipedream_graph
-from solver.io.profile_format import FORMAT, ProfileDocument, parse_profile_document, profile_document
 from solver.cost.derive import derive_profile
+from solver.cost.profile import LayerKind, LayerProfile, ModelProfile, Origin
+from solver.io.profile_format import (
+    FORMAT,
+    ProfileDocument,
+    parse_profile_document,
+    profile_document,
+)
+from solver.spec.errors import SpecError
+from solver.spec.model import ModelSpec
+from solver.spec.training import Precision
 
 TINY = ModelSpec(name="tiny", num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=256, seq_length=32)
 

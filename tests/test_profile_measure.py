@@ -8,11 +8,11 @@ torch = pytest.importorskip("torch")
 
 from profiler.layers import ShardShape  # noqa: E402
 from profiler.measure import ProfileSettings, profile_model  # noqa: E402
-from solver.spec.errors import SpecError
-from solver.spec.training import Precision
-from solver.spec.model import ModelSpec
 from solver.cost.profile import LayerKind, Origin
 from solver.io.profile_format import parse_profile_document, profile_document
+from solver.spec.errors import SpecError
+from solver.spec.model import ModelSpec
+from solver.spec.training import Precision
 
 # GPT-style (LayerNorm, biases, GELU, learned positions) and Llama-style (RMSNorm, SwiGLU, GQA, rotary).
 GPT = ModelSpec(name="tiny-gpt", num_layers=2, hidden_size=128, num_attention_heads=4, vocab_size=512, seq_length=64)

@@ -10,10 +10,10 @@ import pytest
 from catalog import get_cluster
 from solver.cost.analytic import analytic_profile
 from solver.cost.evaluate import evaluate
+from solver.cost.profile import ModelProfile, Origin
+from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig
 from solver.spec.training import TrainingSpec
-from solver.spec.model import ModelSpec
-from solver.cost.profile import ModelProfile, Origin
 
 MODEL = ModelSpec(
     name="toy-2b", num_layers=8, hidden_size=2048, num_attention_heads=16, vocab_size=32000, seq_length=2048,

@@ -10,16 +10,16 @@ from dataclasses import replace
 import pytest
 
 import catalog
-from solver.spec.errors import SpecError
 from solver.cost.evaluate import evaluate
-from solver.spec.parallel import ParallelConfig
-from solver.spec.training import Recompute, TrainingSpec, ZeroStage
-from solver.spec.hardware import ClusterSpec
-from solver.spec.legality import uniform_partition
-from solver.spec.model import ModelSpec
 from solver.search.loop import gpu_counts, search
 from solver.search.request import Constraints, Objective, SearchRequest
 from solver.search.validate import recompute_values, validate
+from solver.spec.errors import SpecError
+from solver.spec.hardware import ClusterSpec
+from solver.spec.legality import uniform_partition
+from solver.spec.model import ModelSpec
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import Recompute, TrainingSpec, ZeroStage
 
 GIB = 2**30
 
@@ -340,8 +340,14 @@ def test_recompute_pinned_to_full_labels_every_plan_full():
 
 def test_lower_bounds_never_exceed_the_evaluator():
     """Pruning is only exact if every bound is below what the evaluator predicts."""
-    from solver.search.space import SearchRun, count_step_lower_bound_s, is_legal, shapes, step_lower_bound_s
     from solver.search.result import SearchStats
+    from solver.search.space import (
+        SearchRun,
+        count_step_lower_bound_s,
+        is_legal,
+        shapes,
+        step_lower_bound_s,
+    )
 
     model = catalog.get_model("gpt3-13b")
     cluster = catalog.cluster_spec_from_dict({**catalog.get_entry("nodes", "dgx-a100-80gb"), "num_nodes": 4})

@@ -34,7 +34,7 @@ from solver.spec.hardware import GpuSpec
 from solver.spec.legality import stage_layer_counts
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig
-from solver.spec.training import OptimizerKind, Recompute, ZeroStage
+from solver.spec.training import OptimizerKind, Recompute, TrainingSpec, ZeroStage
 
 
 @dataclass(frozen=True)
@@ -155,6 +155,11 @@ def activation_bytes(in_flight: Any, kept_bytes: Any, working_bytes: Any) -> Any
     used in: floats (the evaluator), integers and numpy arrays (the partition solvers) and
     CP-SAT linear expressions."""
     return in_flight * kept_bytes + working_bytes
+
+
+def state_bytes_per_parameter(parallel: ParallelConfig, training: TrainingSpec) -> float:
+    """Bytes of model state per parameter on one GPU (weights + gradients + optimizer states)."""
+    return sum(model_state_bytes(1.0, parallel.zero_stage, parallel.dp_size, training.optimizer).values())
 
 
 def optimizer_step_s(gpu: GpuSpec, parameter_count: float, policy: StagePolicy) -> float:

@@ -20,7 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.partition.problem import PartitionProblem, PartitionSolution
+from solver.partition.problem import (
+    PartitionProblem,
+    PartitionSolution,
+    least_recompute,
+    stage_memory_kib,
+    stage_time_ns,
+)
 
 UNREACHABLE = np.inf
 
@@ -51,14 +57,13 @@ def _range_tables(problem: PartitionProblem) -> tuple[np.ndarray, np.ndarray, np
         def memory(k: np.ndarray) -> np.ndarray:
             split = np.minimum(a + k, b)
             kept = ckpt_p[split] - ckpt_p[a] + kept_p[b] - kept_p[split]
-            return f * kept + np.where(k > 0, problem.working_kib, 0) + state
+            return stage_memory_kib(f, kept, state, np.where(k > 0, problem.working_kib, 0))
 
         plain = valid & (memory(np.zeros_like(held)) <= budget)
         if problem.allow_recompute and same_memory:
             # Memory rows identical (a measured profile whose times vary): closed form for k.
             kept, ckpt = problem.layer_kept_kib[0], problem.layer_checkpoint_kib[0]
-            saving = max(f * (kept - ckpt), 1e-30)
-            needed = np.maximum(1, np.ceil((memory(np.zeros_like(held)) + problem.working_kib - budget) / saving - 1e-9))
+            needed = least_recompute(memory(np.zeros_like(held)), problem.working_kib, budget, f * (kept - ckpt))
             needed = needed.astype(np.int64)
             possible = valid & ~plain & (kept > ckpt) & (needed <= held)
             k = np.where(plain, 0, np.where(possible, needed, 0))
@@ -77,7 +82,7 @@ def _range_tables(problem: PartitionProblem) -> tuple[np.ndarray, np.ndarray, np
             k = np.zeros_like(held)
             fits_at_all = plain
         split = np.minimum(a + k, b)
-        time = time_p[b] - time_p[a] + recompute_p[split] - recompute_p[a] + problem.stage_extra_time_ns[stage]
+        time = stage_time_ns(time_p[b] - time_p[a], recompute_p[split] - recompute_p[a], problem.stage_extra_time_ns[stage])
         time_ns[stage] = np.where(fits_at_all, time, UNREACHABLE)
         recomputed[stage] = np.where(fits_at_all, k, 0)
     return time_ns, recomputed, np.where(valid, state, UNREACHABLE)

@@ -21,7 +21,12 @@ from itertools import accumulate
 from ortools.sat.python import cp_model
 
 from solver.partition.fixed import fixed_partition
-from solver.partition.problem import PartitionProblem, PartitionSolution
+from solver.partition.problem import (
+    PartitionProblem,
+    PartitionSolution,
+    stage_memory_kib,
+    stage_time_ns,
+)
 from solver.spec.legality import uniform_partition
 
 STATUS_NAMES = {
@@ -100,13 +105,10 @@ class _PartitionModel:
         kept, ckpt, state = problem.layer_kept_kib[0], problem.layer_checkpoint_kib[0], problem.layer_state_kib[0]
         for j in range(problem.num_stages):
             f = int(problem.in_flight[j])
-            self.stage_time_ns[j] = t * self.count[j] + r * self.recomputed[j] + problem.stage_extra_time_ns[j]
+            self.stage_time_ns[j] = stage_time_ns(t * self.count[j], r * self.recomputed[j], problem.stage_extra_time_ns[j])
             self.stage_state_kib[j] = state * self.count[j] + problem.stage_extra_state_kib[j]
-            memory_kib = (
-                (f * kept + state) * self.count[j]
-                - f * (kept - ckpt) * self.recomputed[j]
-                + problem.working_kib * self.any_recompute[j]
-            )
+            kept_kib = kept * self.count[j] - (kept - ckpt) * self.recomputed[j]
+            memory_kib = stage_memory_kib(f, kept_kib, state * self.count[j], problem.working_kib * self.any_recompute[j])
             m.add(memory_kib <= problem.stage_budget_kib[j])  # memory constraint of stage j
 
     def _add_prefix_stage_totals(self) -> None:
@@ -133,15 +135,15 @@ class _PartitionModel:
                 m.add_element(self.recompute_end[j], prefix[name], at_end[name, j])
         for j in range(p):
             f = int(problem.in_flight[j])
-            self.stage_time_ns[j] = (
-                at_start["time", j + 1] - at_start["time", j]
-                + at_end["recompute", j] - at_start["recompute", j]
-                + problem.stage_extra_time_ns[j]
+            self.stage_time_ns[j] = stage_time_ns(
+                at_start["time", j + 1] - at_start["time", j],
+                at_end["recompute", j] - at_start["recompute", j],
+                problem.stage_extra_time_ns[j],
             )
             state = at_start["state", j + 1] - at_start["state", j]
             self.stage_state_kib[j] = state + problem.stage_extra_state_kib[j]
             kept = (at_end["checkpoint", j] - at_start["checkpoint", j]) + (at_start["kept", j + 1] - at_end["kept", j])
-            memory_kib = f * kept + problem.working_kib * self.any_recompute[j] + state
+            memory_kib = stage_memory_kib(f, kept, state, problem.working_kib * self.any_recompute[j])
             m.add(memory_kib <= problem.stage_budget_kib[j])  # memory constraint of stage j
 
     def _add_objective_bounds(self) -> None:
@@ -226,7 +228,7 @@ def greedy_partition(problem: PartitionProblem) -> PartitionSolution | None:
         f, budget = problem.in_flight[stage], problem.stage_budget_kib[stage]
         for k in range(start_k, (b - a if problem.allow_recompute else 0) + 1):
             kept = ckpt_p[a + k] - ckpt_p[a] + kept_p[b] - kept_p[a + k]
-            if f * kept + (problem.working_kib if k else 0) + state_p[b] - state_p[a] <= budget:
+            if stage_memory_kib(f, kept, state_p[b] - state_p[a], problem.working_kib if k else 0) <= budget:
                 return k
         return None
 
@@ -239,7 +241,7 @@ def greedy_partition(problem: PartitionProblem) -> PartitionSolution | None:
                 k = least_recompute(stage, a, b, k)
                 if k is None:
                     break
-                time_ns = time_p[b] - time_p[a] + recompute_p[a + k] - recompute_p[a] + problem.stage_extra_time_ns[stage]
+                time_ns = stage_time_ns(time_p[b] - time_p[a], recompute_p[a + k] - recompute_p[a], problem.stage_extra_time_ns[stage])
                 if time_ns > bound_ns:
                     break
                 best = (b, k)

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.partition.problem import INFEASIBLE_NS, PartitionProblem, PartitionSolution
+from solver.partition.problem import (
+    INFEASIBLE_NS,
+    PartitionProblem,
+    PartitionSolution,
+    least_recompute,
+    stage_memory_kib,
+    stage_time_ns,
+)
 
 
 def _stage_tables(problem: PartitionProblem) -> tuple[np.ndarray, np.ndarray, int]:
@@ -22,20 +29,20 @@ def _stage_tables(problem: PartitionProblem) -> tuple[np.ndarray, np.ndarray, in
     n = np.arange(1, n_max + 1, dtype=np.int64)[None, :]
     in_flight = np.array(problem.in_flight, dtype=np.float64)[:, None]
     budget = np.array(problem.stage_budget_kib, dtype=np.float64)[:, None]
-    without = in_flight * n * kept + n * state
+    without = stage_memory_kib(in_flight, n * kept, n * state, 0)
     fits_plain = without <= budget
     saving = in_flight * (kept - ckpt)  # memory saved by each recomputed layer
     if problem.allow_recompute and kept > ckpt:
-        needed = np.ceil((without + problem.working_kib - budget) / np.maximum(saving, 1e-30) - 1e-9)
-        needed = np.maximum(needed, 1)
+        needed = least_recompute(without, problem.working_kib, budget, saving)
     else:
         needed = np.full(without.shape, np.inf)
     recomputed = np.where(fits_plain, 0, needed)
     ok = recomputed <= n
     recomputed = np.where(ok, recomputed, 0).astype(np.int64)
     extra = np.array(problem.stage_extra_time_ns, dtype=np.int64)[:, None]
-    time_ns = np.where(ok, n * t + recomputed * r + extra, INFEASIBLE_NS)
+    time_ns = np.where(ok, stage_time_ns(n * t, recomputed * r, extra), INFEASIBLE_NS)
     return recomputed, time_ns, n_max
+
 
 def solve_fast(problem: PartitionProblem) -> PartitionSolution | None:
     """Exact for identical layers and one chunk per stage (v = 1); None when nothing fits.

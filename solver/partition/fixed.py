@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-import math
 from itertools import accumulate
 
-from solver.partition.problem import PartitionProblem, PartitionSolution
+from solver.partition.problem import (
+    PartitionProblem,
+    PartitionSolution,
+    least_recompute,
+    stage_memory_kib,
+)
 
 
 def _chunk_starts(counts: tuple[int, ...]) -> list[int]:
     return [0, *accumulate(counts)][:-1]
 
+
 def _spread(total: int, parts: int) -> list[int]:
     """``total`` recomputed layers over a stage's chunks, earlier chunks first."""
     base, extra = divmod(total, parts)
     return [base + (1 if i < extra else 0) for i in range(parts)]
+
 
 def stage_cost(
     problem: PartitionProblem, stage: int, chunks: list[tuple[int, int]], recomputed: list[int]
@@ -31,7 +37,9 @@ def stage_cost(
             kept += problem.layer_checkpoint_kib[layer] if full else problem.layer_kept_kib[layer]
             state += problem.layer_state_kib[layer]
     working = problem.working_kib if any(recomputed) else 0
-    return time_ns, problem.in_flight[stage] * kept + working + state - problem.stage_extra_state_kib[stage], state
+    memory = stage_memory_kib(problem.in_flight[stage], kept, state - problem.stage_extra_state_kib[stage], working)
+    return time_ns, memory, state
+
 
 def fixed_partition(problem: PartitionProblem, chunk_layers: tuple[int, ...]) -> PartitionSolution | None:
     """The least recomputation that fits each stage for given layer counts per chunk (pipeline
@@ -63,15 +71,16 @@ def fixed_partition(problem: PartitionProblem, chunk_layers: tuple[int, ...]) ->
         worst_time, worst_state = max(worst_time, time_ns), max(worst_state, state)
     return PartitionSolution(tuple(chunk_layers), tuple(recompute), worst_time, worst_state, "fixed", "FIXED")
 
+
 def _least_recompute(problem: PartitionProblem, stage: int, held: int) -> int | None:
     """Identical layers: the least number of the stage's ``held`` layers to recompute so that it
     fits (closed form of the memory bound), None when recomputing all of them does not fit."""
     kept, ckpt, state = problem.layer_kept_kib[0], problem.layer_checkpoint_kib[0], problem.layer_state_kib[0]
     f, budget = problem.in_flight[stage], problem.stage_budget_kib[stage]
-    without = f * held * kept + held * state
+    without = stage_memory_kib(f, held * kept, held * state, 0)
     if without <= budget:
         return 0
     if not problem.allow_recompute or kept <= ckpt:
         return None
-    least = max(1, math.ceil((without + problem.working_kib - budget) / (f * (kept - ckpt)) - 1e-9))
+    least = int(least_recompute(without, problem.working_kib, budget, f * (kept - ckpt)))
     return least if least <= held else None

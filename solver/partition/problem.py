@@ -30,22 +30,24 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
-from solver.cost.compute import elementwise_time_s
-from solver.cost.memory import (
-    GRAD_ACCUMULATION_BYTES_PER_PARAM,
-    WEIGHT_BYTES_PER_PARAM,
-    ZERO3_PREFETCHED_LAYERS,
-    in_flight_micro_batches,
-    model_state_bytes,
-    reserve_bytes,
+from solver.cost.memory import in_flight_micro_batches, reserve_bytes
+from solver.cost.profile import ModelProfile
+from solver.cost.stage import (
+    StagePolicy,
+    activation_bytes,
+    extras_activation_bytes,
+    grad_accumulation_s,
+    recompute_working_bytes,
+    state_bytes_per_parameter,
+    zero3_gather_buffer_bytes,
 )
-from solver.cost.profile import LayerProfile, ModelProfile
 from solver.spec.hardware import GpuSpec
 from solver.spec.parallel import ParallelConfig
-from solver.spec.training import Recompute, TrainingSpec
+from solver.spec.training import TrainingSpec
 
 KIB_BYTES = 1024
 NS_PER_S = 1e9
@@ -93,6 +95,45 @@ class PartitionSolution:
     status: str  # "OPTIMAL", "FEASIBLE" (CP-SAT stopped by its time limit) or "FIXED"
 
 
+# --------------------------------------------------------------------------- the stage bound
+
+
+def stage_memory_kib(in_flight: Any, kept_kib: Any, state_kib: Any, working_kib: Any) -> Any:
+    """The left side of a stage's memory constraint, ``<= stage_budget_kib[stage]``: the
+    activations bound of ``solver.cost.stage.activation_bytes`` plus the model states of the
+    stage's layers (fixed items are already out of the budget). ``working_kib`` is the recompute
+    working set when the stage recomputes any layer, else 0. Every solver writes its constraint
+    through this function, with ints, numpy arrays or CP-SAT expressions."""
+    return activation_bytes(in_flight, kept_kib, working_kib) + state_kib
+
+
+def stage_time_ns(layers_ns: Any, recompute_ns: Any, extra_ns: Any) -> Any:
+    """A stage's time per micro-batch: its layers (with gradient accumulation), the full
+    recomputation of its recomputed layers, and its extras (embedding, head, one launch)."""
+    return layers_ns + recompute_ns + extra_ns
+
+
+def least_recompute(without_kib: Any, working_kib: int, budget_kib: Any, saving_kib: Any) -> Any:
+    """Identical memory rows: the least k >= 1 recomputed layers with
+    ``without - k * saving + working <= budget``, where ``without`` is the stage's memory with
+    none recomputed and ``saving`` what each recomputed layer frees (in-flight x (kept -
+    checkpoint)). The caller checks k against the layers held. Scalars or numpy arrays."""
+    return np.maximum(1, np.ceil((without_kib + working_kib - budget_kib) / np.maximum(saving_kib, 1e-30) - 1e-9))
+
+
+def rounding_slack_ns(num_layers: int) -> int:
+    """How much a stage's integer time can exceed what the evaluator adds up in floats: every
+    layer's time, gradient accumulation and recompute are each rounded up to a whole ns (3 per
+    layer), the stage's extras once (1), and 1 more for float sums taken in another order."""
+    return 3 * num_layers + 2
+
+
+def stage_time_lower_bound_s(stage_time_ns: int, num_layers: int) -> float:
+    """A lower bound, in seconds, on the evaluator's time of a stage the partition costs at
+    ``stage_time_ns``."""
+    return max(0, stage_time_ns - rounding_slack_ns(num_layers)) / NS_PER_S
+
+
 # --------------------------------------------------------------------------- building problems
 
 
@@ -115,13 +156,8 @@ def layer_rows(profile: ModelProfile, selective: bool) -> tuple[tuple[int, ...],
         tuple(_kib(layer.kept_bytes(False, selective)) for layer in blocks),
         tuple(_kib(layer.kept_bytes(True, selective)) for layer in blocks),
         tuple(layer.parameter_count for layer in blocks),
-        tuple(_kib(layer.activation_bytes - layer.checkpoint_bytes) for layer in blocks),
+        tuple(_kib(recompute_working_bytes(layer)) for layer in blocks),
     )
-
-
-def state_bytes_per_parameter(parallel: ParallelConfig, training: TrainingSpec) -> float:
-    """Bytes of model state per parameter on one GPU (weights + gradients + optimizer states)."""
-    return sum(model_state_bytes(1.0, parallel.zero_stage, parallel.dp_size, training.optimizer).values())
 
 
 def allocatable_bytes(usable_bytes: float) -> float:
@@ -143,51 +179,41 @@ def partition_problem(
     rows: tuple[tuple[int, ...], ...] | None = None,
 ) -> PartitionProblem:
     """The partition problem of ``parallel`` (its dp/tp/pp/ZeRO/micro-batch/v; its partition and
-    recompute are what is being chosen). Memory follows ``solver.cost.evaluate`` term by term:
-    model states under ZeRO, in-flight activations, the recompute working set, embedding and
-    logits, ZeRO-3 gather buffers, and the reserve (affine in what is allocated)."""
+    recompute are what is being chosen), from the stage terms of ``solver.cost.stage``: model
+    states under ZeRO, in-flight activations, the recompute working set, embedding and logits,
+    ZeRO-3 gather buffers, and the reserve (affine in what is allocated)."""
     pp, v, dp = parallel.pp_size, parallel.virtual_stages, parallel.dp_size
     gpu = gpu_spec
-    selective = parallel.recompute is Recompute.SELECTIVE
+    policy = StagePolicy.of(gpu, parallel, training.optimizer, num_micro_batches)
     embedding, head = profile.embedding, profile.head
     state_per_param = state_bytes_per_parameter(parallel, training)
     in_flight = tuple(in_flight_micro_batches(stage, pp, v, num_micro_batches) for stage in range(pp))
     allocatable = allocatable_bytes(usable_bytes)
 
-    times, recomputes, kept, checkpoints, params, working = rows or layer_rows(profile, selective)
+    times, recomputes, kept, checkpoints, params, working = rows or layer_rows(profile, policy.selective)
     extras_all = [layer for layer in (embedding, head) if layer is not None]
     largest = max([*params, *(layer.parameter_count for layer in extras_all)], default=0)
-    gather_buffers = 0.0
-    if int(parallel.zero_stage) == 3 and dp > 1:
-        # The gathered weights of two layers, capped by the unsharded weights they stand for
-        # (exact for one stage, an upper bound for several).
-        gather_buffers = ZERO3_PREFETCHED_LAYERS * largest * WEIGHT_BYTES_PER_PARAM
-        if pp == 1:
-            everything = sum(params) + sum(layer.parameter_count for layer in extras_all)
-            gather_buffers = min(ZERO3_PREFETCHED_LAYERS * largest, everything * (1 - 1 / dp)) * WEIGHT_BYTES_PER_PARAM
+    # Exact for one stage; with several, before their layers are known, the two-layer bound.
+    everything = sum(params) + sum(layer.parameter_count for layer in extras_all) if pp == 1 else math.inf
+    gather_buffers = zero3_gather_buffer_bytes(largest, everything, parallel.zero_stage, dp)
 
-    # Every micro-batch's backward adds into the gradient buffer (one kernel per stage).
+    # Gradient accumulation is one kernel per stage: its launch is a stage extra, and each
+    # layer carries its share of the bytes.
+    launch_s = grad_accumulation_s(gpu, 0, policy)
+
     def accumulation_s(parameter_count: float) -> float:
-        if num_micro_batches <= 1:
-            return 0.0
-        accumulated = parameter_count / dp if int(parallel.zero_stage) >= 2 else parameter_count
-        return elementwise_time_s(gpu, GRAD_ACCUMULATION_BYTES_PER_PARAM * accumulated) - elementwise_time_s(gpu, 0.0)
-
-    launch_s = elementwise_time_s(gpu, 0.0) if num_micro_batches > 1 else 0.0
+        return grad_accumulation_s(gpu, parameter_count, policy) - launch_s
 
     extra_time, extra_state, budget = [], [], []
     for stage in range(pp):
-        extras: list[LayerProfile] = []
-        fixed = gather_buffers
-        if stage == 0 and embedding is not None:
-            extras.append(embedding)
-            fixed += in_flight[stage] * embedding.activation_bytes
-        if stage == pp - 1 and head is not None:
-            extras.append(head)
-            fixed += head.activation_bytes  # the last stage holds one micro-batch of logits
+        first_stage, last_stage = stage == 0, stage == pp - 1
+        extras = [layer for layer, here in ((embedding, first_stage), (head, last_stage)) if layer is not None and here]
+        fixed = gather_buffers + extras_activation_bytes(
+            in_flight[stage], embedding if first_stage else None, head if last_stage else None
+        )
         extra_params = sum(layer.parameter_count for layer in extras)
         extra_time.append(_ns(sum(layer.time_s(False, False) for layer in extras) + launch_s + accumulation_s(extra_params)))
-        state = _kib(state_per_param * sum(layer.parameter_count for layer in extras))
+        state = _kib(state_per_param * extra_params)
         extra_state.append(state)
         budget.append(int(math.floor((allocatable - fixed) / KIB_BYTES)) - state)
 
@@ -214,14 +240,3 @@ def partition_problem(
         stage_budget_kib=tuple(budget),
         allow_recompute=allow_recompute,
     )
-
-
-# --------------------------------------------------------------------------- fixed layer counts
-
-
-# --------------------------------------------------------------------------- fast exact path
-
-
-# --------------------------------------------------------------------------- dispatch
-
-

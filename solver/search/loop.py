@@ -27,14 +27,14 @@ import time
 from dataclasses import dataclass, replace
 
 from solver.cost.result import Evaluation
-from solver.cost.schedule import pipeline_comm_s
+from solver.cost.schedule import pipeline_comm_s, pipeline_slots
+from solver.cost.stage import state_bytes_per_parameter
 from solver.partition.fixed import fixed_partition
 from solver.partition.problem import (
-    NS_PER_S,
     PartitionSolution,
     allocatable_bytes,
     partition_problem,
-    state_bytes_per_parameter,
+    stage_time_lower_bound_s,
 )
 from solver.partition.solve import solve
 from solver.search.explain import explain
@@ -53,7 +53,7 @@ from solver.search.space import (
 from solver.search.validate import validate
 from solver.spec.errors import SpecError
 from solver.spec.legality import uniform_partition
-from solver.spec.parallel import ParallelConfig, parallel_to_dict
+from solver.spec.parallel import ParallelConfig, micro_batch_count, parallel_to_dict
 from solver.spec.rules import Rule
 from solver.spec.training import Recompute
 
@@ -130,7 +130,7 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
     state_floor = state_bytes_per_parameter(uniform, training) * run.profiles.parameter_count(tp) / shape.pp_size
     if state_floor > allocatable_bytes(usable):
         return []
-    m = training.global_batch_size // (shape.dp_size * mb)
+    m = micro_batch_count(training.global_batch_size, shape.dp_size, mb)
     problem = partition_problem(prof, uniform, training, m, usable, shape.full_recompute, request.cluster.gpu, rows)
     solutions: list[PartitionSolution] = []
     even = uniform_partition(request.model.num_layers, uniform.num_chunks)
@@ -150,14 +150,12 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
             if fixed is None or best.stage_layers != fixed.stage_layers:
                 solutions.append(best)
     none_admitted = request.constraints.admits("recompute", Recompute.NONE.value)
-    # The schedule runs m + (p - 1)/v slots of the slowest stage; p2p and the DP tail come on top.
-    slots = m + (shape.pp_size - 1) / shape.virtual_stages
+    # The schedule runs its slots of the slowest stage; p2p and the DP tail come on top.
+    slots = pipeline_slots(shape.pp_size, shape.virtual_stages, m)
     comm_s = pipeline_comm_s(request.cluster, uniform, m, run.profiles.message_bytes(tp, mb, sp))
-    # Each layer's time, recompute and gradient accumulation were rounded up to whole ns (and
-    # the extras once): allow that much below the bound.
-    slack_ns = 3 * request.model.num_layers + 2
+    layers = request.model.num_layers
     return [
-        (_to_parallel(shape, s, even, none_admitted), slots * max(0, s.stage_time_ns - slack_ns) / NS_PER_S + comm_s)
+        (_to_parallel(shape, s, even, none_admitted), slots * stage_time_lower_bound_s(s.stage_time_ns, layers) + comm_s)
         for s in solutions
     ]
 

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from solver.cost.derive import resolve_profile
 from solver.cost.profile import ModelProfile
 from solver.cost.result import Evaluation
-from solver.cost.schedule import pipeline_comm_s
+from solver.cost.schedule import pipeline_comm_s, pipeline_slots
 from solver.frameworks import framework_violations
 from solver.partition.problem import layer_rows
 from solver.search.request import Objective, SearchRequest
 from solver.search.result import SearchStats
 from solver.spec.errors import SpecError
 from solver.spec.legality import check_structure, placement_violations
-from solver.spec.parallel import ParallelConfig
+from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.rules import Rule, Violation
 from solver.spec.training import Recompute, ZeroStage
 
@@ -253,11 +253,11 @@ def step_lower_bound_s(run: SearchRun, shape: Shape) -> float:
     selective = shape.base_recompute is Recompute.SELECTIVE
     tp, mb, sp = shape.tp_size, shape.micro_batch_size, shape.sequence_parallel
     per_micro_batch = run.profiles.model_time_s(tp, mb, sp, selective) / shape.pp_size
-    m = request.training.global_batch_size // (shape.dp_size * mb)
+    m = micro_batch_count(request.training.global_batch_size, shape.dp_size, mb)
     comm = 0.0
     if shape.pp_size > 1:
         comm = pipeline_comm_s(request.cluster, shape.uniform(), m, run.profiles.message_bytes(tp, mb, sp))
-    return (m + (shape.pp_size - 1) / shape.virtual_stages) * per_micro_batch + comm
+    return pipeline_slots(shape.pp_size, shape.virtual_stages, m) * per_micro_batch + comm
 
 
 def count_step_lower_bound_s(run: SearchRun, num_gpus: int) -> float:

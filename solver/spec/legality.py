@@ -11,7 +11,7 @@ from __future__ import annotations
 from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
 from solver.spec.model import ModelSpec
-from solver.spec.parallel import ParallelConfig
+from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.rules import Rule, Violation
 from solver.spec.training import TrainingSpec
 
@@ -63,7 +63,7 @@ def check_structure(
             f" dp_size * micro_batch_size = {per_replica}",
             Rule.BATCH_DIVISIBLE,
         )
-    num_micro_batches = training.global_batch_size // per_replica
+    num_micro_batches = micro_batch_count(training.global_batch_size, parallel.dp_size, parallel.micro_batch_size)
     if parallel.num_chunks > model.num_layers:
         raise SpecError(
             "parallel.pp_size",
