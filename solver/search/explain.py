@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from solver.cost.memory import GIB_BYTES
 from solver.search.request import Constraints, Objective
+from solver.spec.dimensions import relaxable
 from solver.spec.errors import SpecError
 from solver.spec.parallel import parallel_to_dict
 from solver.spec.rules import Rule
@@ -109,9 +110,9 @@ def _changes(run, miss: dict | None):
     out = []
     if Objective(request.objective) is Objective.MIN_GPUS:
         out.append(("drop the deadline: the fastest plan", replace(request, objective=Objective.MIN_TIME_TO_TRAIN)))
-    for dimension in ("recompute", "zero_stage", "micro_batch_size", "tp_size", "pp_size", "dp_size", "virtual_stages", "sequence_parallel"):
-        if dimension in c.allowed:
-            out.append((f"lift the {dimension} constraint", replace(request, constraints=_relaxed(c, dimension))))
+    for dimension in relaxable():
+        if dimension.name in c.allowed:
+            out.append((f"lift the {dimension.name} constraint", replace(request, constraints=_relaxed(c, dimension.name))))
     if c.framework is not Framework.ANY:
         out.append((f"a framework other than {c.framework.value} (any)", replace(request, constraints=replace(c, framework=Framework.ANY))))
     if c.max_memory_fraction < 1.0:

@@ -9,11 +9,12 @@ from typing import Any
 from solver.cost.evaluate import evaluate
 from solver.cost.profile import ModelProfile
 from solver.cost.result import Evaluation
+from solver.spec.dimensions import PINNABLE
 from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig
-from solver.spec.training import Framework, Recompute, TrainingSpec
+from solver.spec.training import Framework, TrainingSpec
 
 
 class Objective(str, Enum):
@@ -21,20 +22,6 @@ class Objective(str, Enum):
     MIN_TIME_TO_TRAIN = "min_time_to_train"  # needs training.train_tokens
     MIN_COST = "min_cost"  # needs a GPU-hour price (cluster or request)
     MIN_GPUS = "min_gpus"  # fewest GPUs meeting deadline_s (needs train_tokens)
-
-
-# Dimensions a request may pin or bound, with the type of their values.
-DIMENSIONS: dict[str, type] = {
-    "dp_size": int,
-    "tp_size": int,
-    "pp_size": int,
-    "zero_stage": int,
-    "micro_batch_size": int,
-    "recompute": str,
-    "virtual_stages": int,
-    "sequence_parallel": bool,
-    "num_gpus": int,
-}
 
 
 @dataclass(frozen=True)
@@ -57,33 +44,17 @@ class Allowed:
     @staticmethod
     def parse(dimension: str, raw: Any) -> "Allowed":
         """From the API form: a value, a list of values, or {"min": a, "max": b}."""
-        kind = DIMENSIONS[dimension]
+        dim = PINNABLE[dimension]
         field_name = f"constraints.{dimension}"
 
         def check(value: Any) -> Any:
-            if kind is bool:
-                if not isinstance(value, bool):
-                    raise SpecError(field_name, f"expected true or false, got {value!r}")
-                return value
-            if kind is int:
-                if isinstance(value, bool) or not isinstance(value, int):
-                    raise SpecError(field_name, f"expected an integer, got {value!r}")
-                if dimension == "zero_stage":
-                    if value not in (0, 1, 2, 3):
-                        raise SpecError(field_name, f"ZeRO stage must be 0-3, got {value}")
-                elif value < 1:
-                    raise SpecError(field_name, f"must be at least 1, got {value}")
-                return value
-            try:
-                return Recompute(value).value
-            except ValueError:
-                raise SpecError(field_name, f"expected one of none, selective, full, got {value!r}") from None
+            return dim.constraint_value(value, field_name)
 
         if isinstance(raw, dict):
             unknown = set(raw) - {"min", "max"}
             if unknown or not raw:
                 raise SpecError(field_name, "a range needs 'min' and/or 'max' only")
-            if kind is not int:
+            if not dim.ranged:
                 raise SpecError(field_name, "a range only applies to integer dimensions")
             lo = check(raw["min"]) if "min" in raw else None
             hi = check(raw["max"]) if "max" in raw else None
@@ -127,8 +98,8 @@ class Constraints:
             raise SpecError("constraints.framework", f"expected one of {choices}, got {framework!r}") from None
         allowed = {}
         for dimension, value in raw.items():
-            if dimension not in DIMENSIONS:
-                known = ", ".join(sorted(DIMENSIONS) + ["allow_tp_across_nodes", "framework", "max_memory_fraction"])
+            if dimension not in PINNABLE:
+                known = ", ".join(sorted(PINNABLE) + ["allow_tp_across_nodes", "framework", "max_memory_fraction"])
                 raise SpecError(f"constraints.{dimension}", f"unknown dimension; known: {known}")
             allowed[dimension] = Allowed.parse(dimension, value)
         return Constraints(allowed, float(fraction), across, framework)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from solver.cost.result import Evaluation
 from solver.frameworks import framework_violations
 from solver.search.request import Objective, SearchRequest
+from solver.spec.dimensions import config_values
 from solver.spec.errors import SpecError
 from solver.spec.legality import (
     check_structure,
@@ -67,13 +68,9 @@ def validate(
         return ValidationReport((f"structure: {error}",))
     if request.num_gpus is not None and num_gpus != request.num_gpus:
         problems.append(f"uses {num_gpus} GPUs, the request asks for {request.num_gpus}")
-    dims = {
-        "dp_size": parallel.dp_size, "tp_size": parallel.tp_size, "pp_size": parallel.pp_size,
-        "zero_stage": int(parallel.zero_stage), "micro_batch_size": parallel.micro_batch_size,
-        "virtual_stages": parallel.virtual_stages, "sequence_parallel": parallel.sequence_parallel,
-        "num_gpus": num_gpus,
-    }
-    for name, value in dims.items():
+    for name, value in config_values(parallel, num_gpus).items():
+        if name == "recompute":
+            continue  # a plan may use several settings at once: checked below
         if not c.admits(name, value):
             problems.append(f"constraint: {name} = {value} is not allowed")
     for value in recompute_values(parallel):

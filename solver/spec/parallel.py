@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from solver.spec.dimensions import DIMENSIONS, Kind
 from solver.spec.errors import SpecError, check_positive_int
 from solver.spec.training import Recompute, ZeroStage
+
+PER_CHUNK_FIELDS = ("stage_layers", "full_recompute_layers")  # lists of one integer per model chunk
 
 
 @dataclass(frozen=True)
@@ -33,14 +36,15 @@ class ParallelConfig:
     full_recompute_layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("dp_size", "tp_size", "pp_size", "micro_batch_size", "virtual_stages"):
-            check_positive_int(f"parallel.{name}", getattr(self, name))
+        for dimension in DIMENSIONS:
+            if dimension.kind is Kind.COUNT:
+                check_positive_int(f"parallel.{dimension.name}", getattr(self, dimension.name))
         try:
             object.__setattr__(self, "zero_stage", ZeroStage(self.zero_stage))
         except ValueError:
             raise SpecError("parallel.zero_stage", f"must be 0, 1, 2 or 3, got {self.zero_stage!r}") from None
         object.__setattr__(self, "recompute", Recompute(self.recompute))
-        for name in ("stage_layers", "full_recompute_layers"):
+        for name in PER_CHUNK_FIELDS:
             values = getattr(self, name)
             if values is not None:
                 object.__setattr__(self, name, self._per_chunk(name, values))
@@ -72,43 +76,29 @@ def micro_batch_count(global_batch_size: int, dp_size: int, micro_batch_size: in
     return global_batch_size // (dp_size * micro_batch_size)
 
 
-def parallel_to_dict(parallel: ParallelConfig) -> dict:
-    return {
-        "dp_size": parallel.dp_size,
-        "tp_size": parallel.tp_size,
-        "pp_size": parallel.pp_size,
-        "zero_stage": int(parallel.zero_stage),
-        "micro_batch_size": parallel.micro_batch_size,
-        "recompute": parallel.recompute.value,
-        "virtual_stages": parallel.virtual_stages,
-        "sequence_parallel": parallel.sequence_parallel,
-        "stage_layers": list(parallel.stage_layers) if parallel.stage_layers else None,
-        "full_recompute_layers": (
-            list(parallel.full_recompute_layers) if parallel.full_recompute_layers else None
-        ),
-    }
+def parallel_to_dict(parallel: ParallelConfig) -> dict[str, Any]:
+    """The API's ``parallel`` object: every dimension (``solver.spec.dimensions``), then the
+    per-chunk lists (null when uniform)."""
+    out = {d.name: d.to_api(getattr(parallel, d.name)) for d in DIMENSIONS}
+    for name in PER_CHUNK_FIELDS:
+        values = getattr(parallel, name)
+        out[name] = list(values) if values else None
+    return out
+
 
 def parallel_from_dict(raw: dict[str, Any]) -> ParallelConfig:
     """The API's ``parallel`` object; unknown keys are an error naming the key."""
-    known = set(parallel_to_dict(ParallelConfig()).keys())
+    known = {d.name for d in DIMENSIONS} | set(PER_CHUNK_FIELDS)
     unknown = set(raw) - known
     if unknown:
         raise SpecError(f"parallel.{sorted(unknown)[0]}", f"unknown field; known: {', '.join(sorted(known))}")
     kwargs = {k: v for k, v in raw.items() if v is not None}
-    for key in ("stage_layers", "full_recompute_layers"):
+    for key in PER_CHUNK_FIELDS:
         if key in kwargs:
             if not isinstance(kwargs[key], list):
                 raise SpecError(f"parallel.{key}", "must be a list of integers")
             kwargs[key] = tuple(kwargs[key])
-    if "recompute" in kwargs:
-        try:
-            kwargs["recompute"] = Recompute(kwargs["recompute"])
-        except ValueError:
-            raise SpecError("parallel.recompute", "expected one of none, selective, full") from None
-    if "zero_stage" in kwargs:
-        if isinstance(kwargs["zero_stage"], bool) or kwargs["zero_stage"] not in (0, 1, 2, 3):
-            raise SpecError("parallel.zero_stage", f"must be 0, 1, 2 or 3, got {kwargs['zero_stage']!r}")
-        kwargs["zero_stage"] = ZeroStage(kwargs["zero_stage"])
-    if "sequence_parallel" in kwargs and not isinstance(kwargs["sequence_parallel"], bool):
-        raise SpecError("parallel.sequence_parallel", "must be true or false")
+    for d in DIMENSIONS:
+        if d.name in kwargs:
+            kwargs[d.name] = d.config_value(kwargs[d.name], f"parallel.{d.name}")
     return ParallelConfig(**kwargs)

@@ -1,0 +1,117 @@
+"""The parallel dimensions, each stated once: its name, the values it takes, how the API spells
+it, and how a request pins or bounds it.
+
+Every list of dimensions elsewhere is read from ``DIMENSIONS``: the API's ``parallel`` object
+(``solver.spec.parallel.parallel_to_dict`` / ``parallel_from_dict``), the search constraints
+(``solver.search.request.Constraints``), the validator's pin check and the explanation's
+"lift the constraint" suggestions. Adding a dimension means adding a ``ParallelConfig`` field, a
+``Dimension`` here, and the physics it changes (cost model and search space); nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from solver.spec.errors import SpecError
+from solver.spec.training import Recompute, ZeroStage
+
+
+class Kind(str, Enum):
+    """What values a dimension takes."""
+
+    COUNT = "count"  # a positive integer (a group size, a micro-batch, chunks per stage)
+    ZERO = "zero"  # a ZeRO stage, 0-3
+    RECOMPUTE = "recompute"  # none, selective, full
+    FLAG = "flag"  # true or false
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One dimension of a parallel configuration.
+
+    ``relax_rank`` orders the explanation's suggestions to lift a pin on it, the smallest change
+    first (None: never suggested). ``of_config`` is False for a dimension a request may pin
+    that is not a field of ``ParallelConfig`` (the GPU count).
+    """
+
+    name: str
+    kind: Kind
+    description: str
+    relax_rank: int | None = None
+    of_config: bool = True
+
+    @property
+    def ranged(self) -> bool:
+        """Whether a request may bound it with {"min": a, "max": b}."""
+        return self.kind in (Kind.COUNT, Kind.ZERO)
+
+    def to_api(self, value: Any) -> Any:
+        """The JSON value: an integer, a string or a boolean."""
+        if self.kind is Kind.ZERO:
+            return int(value)
+        if self.kind is Kind.RECOMPUTE:
+            return Recompute(value).value
+        return value
+
+    def constraint_value(self, value: Any, field: str) -> Any:
+        """A value a request's constraint names, checked, in its JSON form."""
+        if self.kind is Kind.FLAG:
+            if not isinstance(value, bool):
+                raise SpecError(field, f"expected true or false, got {value!r}")
+            return value
+        if self.kind is Kind.RECOMPUTE:
+            try:
+                return Recompute(value).value
+            except ValueError:
+                raise SpecError(field, f"expected one of none, selective, full, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(field, f"expected an integer, got {value!r}")
+        if self.kind is Kind.ZERO and value not in (0, 1, 2, 3):
+            raise SpecError(field, f"ZeRO stage must be 0-3, got {value}")
+        if self.kind is Kind.COUNT and value < 1:
+            raise SpecError(field, f"must be at least 1, got {value}")
+        return value
+
+    def config_value(self, value: Any, field: str) -> Any:
+        """A value of the API's ``parallel`` object, as ``ParallelConfig`` takes it (counts are
+        checked by ``ParallelConfig`` itself)."""
+        if self.kind is Kind.RECOMPUTE:
+            try:
+                return Recompute(value)
+            except ValueError:
+                raise SpecError(field, "expected one of none, selective, full") from None
+        if self.kind is Kind.ZERO:
+            if isinstance(value, bool) or value not in (0, 1, 2, 3):
+                raise SpecError(field, f"must be 0, 1, 2 or 3, got {value!r}")
+            return ZeroStage(value)
+        if self.kind is Kind.FLAG and not isinstance(value, bool):
+            raise SpecError(field, "must be true or false")
+        return value
+
+
+DIMENSIONS: tuple[Dimension, ...] = (
+    Dimension("dp_size", Kind.COUNT, "data-parallel replicas", relax_rank=5),
+    Dimension("tp_size", Kind.COUNT, "tensor-parallel group size (Megatron-LM column/row split)", relax_rank=3),
+    Dimension("pp_size", Kind.COUNT, "pipeline stages", relax_rank=4),
+    Dimension("zero_stage", Kind.ZERO, "ZeRO stage: 0 none, 1 optimizer states, 2 + gradients, 3 + parameters", relax_rank=1),
+    Dimension("micro_batch_size", Kind.COUNT, "sequences per micro-batch", relax_rank=2),
+    Dimension("recompute", Kind.RECOMPUTE, "activation recomputation: none, selective or full", relax_rank=0),
+    Dimension("virtual_stages", Kind.COUNT, "model chunks per pipeline stage (interleaved 1F1B)", relax_rank=6),
+    Dimension("sequence_parallel", Kind.FLAG, "sequence parallelism inside the tensor-parallel group", relax_rank=7),
+)
+NUM_GPUS = Dimension("num_gpus", Kind.COUNT, "GPUs used (dp x tp x pp)", of_config=False)
+PINNABLE: dict[str, Dimension] = {d.name: d for d in (*DIMENSIONS, NUM_GPUS)}
+
+
+def config_values(parallel: Any, num_gpus: int) -> dict[str, Any]:
+    """Every pinnable dimension's JSON value for a configuration on ``num_gpus`` GPUs."""
+    values = {d.name: d.to_api(getattr(parallel, d.name)) for d in DIMENSIONS}
+    values[NUM_GPUS.name] = num_gpus
+    return values
+
+
+def relaxable() -> list[Dimension]:
+    """Dimensions an explanation may suggest un-pinning, smallest change first."""
+    return sorted((d for d in DIMENSIONS if d.relax_rank is not None), key=lambda d: d.relax_rank or 0)
