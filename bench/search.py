@@ -23,6 +23,7 @@ if str(ROOT) not in sys.path:
 import catalog  # noqa: E402
 from solver.cost.analytic import analytic_profile
 from solver.cost.evaluate import evaluate
+from solver.cost.profile import ProfileShape
 from solver.search.loop import search
 from solver.search.request import Constraints, SearchRequest
 from solver.spec.training import Recompute, TrainingSpec
@@ -124,7 +125,7 @@ def partition_solvers() -> None:
     nodes = cluster("dgx-a100-80gb", 3072)
     training = TrainingSpec(3072, 2048)
     parallel = ParallelConfig(6, 8, 64, ZeroStage.OS, 1, Recompute.NONE)
-    profile = analytic_profile(model, nodes, training, 8, 1, False)
+    profile = analytic_profile(model, nodes, training, ProfileShape(8, 1, False))
     rng = random.Random(0)
     noisy = profile.with_layers(tuple(
         replace(layer, forward_s=layer.forward_s * rng.uniform(0.98, 1.02), backward_s=layer.backward_s * rng.uniform(0.98, 1.02))

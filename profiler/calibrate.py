@@ -34,8 +34,8 @@ import torch
 from profiler.measure import DTYPES, device_name
 from solver.cost.compute import gemm_time_s
 from solver.spec.errors import SpecError
-from solver.spec.training import Precision
 from solver.spec.hardware import GpuSpec
+from solver.spec.training import Precision
 
 GB = 1e9  # the catalog states bandwidth in decimal GB/s
 TERA = 1e12

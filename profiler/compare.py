@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from solver.cost.analytic import analytic_profile
-from solver.spec.training import TrainingSpec
-from solver.spec.hardware import ClusterSpec
+from solver.cost.profile import ProfileShape
 from solver.io.profile_format import ProfileDocument
+from solver.spec.hardware import ClusterSpec
+from solver.spec.training import TrainingSpec
 
 COMPARED_FIELDS = ("forward_s", "backward_s", "activation_bytes", "parameter_count")
 
@@ -40,7 +41,7 @@ def compare_to_analytic(document: ProfileDocument, cluster: ClusterSpec) -> list
         flash_attention=document.flash_attention,
     )
     analytic = analytic_profile(
-        document.model, cluster, training, profile.tp_size, profile.micro_batch_size, document.sequence_parallel
+        document.model, cluster, training, ProfileShape(profile.tp_size, profile.micro_batch_size, document.sequence_parallel)
     )
     rows = []
     for mine, theirs in zip(profile.layers, analytic.layers, strict=True):

@@ -28,11 +28,11 @@ from typing import Callable
 import torch
 
 from profiler.layers import EmbeddingLayer, HeadLayer, ShardShape, TransformerBlock
-from solver.spec.errors import SpecError
-from solver.spec.training import Precision
-from solver.spec.model import ModelSpec, PositionEmbedding
 from solver.cost.profile import LayerKind, LayerProfile, ModelProfile, Origin
 from solver.io.profile_format import ProfileDocument
+from solver.spec.errors import SpecError
+from solver.spec.model import ModelSpec, PositionEmbedding
+from solver.spec.training import Precision
 
 DTYPES = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}
 STATISTICS = {"median": statistics.median, "min": min}

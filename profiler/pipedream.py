@@ -18,11 +18,11 @@ import re
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from solver.spec.errors import SpecError
-from solver.spec.training import Precision
-from solver.spec.model import ModelSpec
 from solver.cost.profile import LayerKind, LayerProfile, ModelProfile, Origin
 from solver.io.profile_format import ProfileDocument, check_integer
+from solver.spec.errors import SpecError
+from solver.spec.model import ModelSpec
+from solver.spec.training import Precision
 
 MS_PER_S = 1000.0
 PIPEDREAM_PARAMETER_BYTES = 4  # fp32, see above

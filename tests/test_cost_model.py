@@ -10,14 +10,25 @@ import pytest
 
 import catalog
 from solver.cost.analytic import analytic_profile
-from solver.spec.errors import SpecError
 from solver.cost.evaluate import evaluate
-from solver.spec.training import OptimizerKind, Precision, Recompute, TrainingSpec, ZeroStage
-from solver.spec.parallel import ParallelConfig
-from solver.cost.flops import hardware_flops_per_iteration, model_flops_per_iteration, total_parameter_count
+from solver.cost.flops import (
+    hardware_flops_per_iteration,
+    model_flops_per_iteration,
+    total_parameter_count,
+)
 from solver.cost.memory import in_flight_micro_batches, model_state_bytes
-from solver.spec.model import ModelSpec
+from solver.cost.profile import ProfileShape
 from solver.cost.schedule import pipeline_bubble_fraction
+from solver.spec.errors import SpecError
+from solver.spec.model import ModelSpec
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import (
+    OptimizerKind,
+    Precision,
+    Recompute,
+    TrainingSpec,
+    ZeroStage,
+)
 
 GB = 1e9
 GIB = 2**30
@@ -90,8 +101,8 @@ def test_activation_memory_table_2(selene, tp):
     s, b, h, a = 2048, 1, 12288, 96
     sbh = s * b * h
     train = TrainingSpec(8, s, Precision.FP16, flash_attention=False)
-    baseline = analytic_profile(model, selene, train, tp, b, False).transformer_layers[0]
-    seqpar = analytic_profile(model, selene, train, tp, b, True).transformer_layers[0]
+    baseline = analytic_profile(model, selene, train, ProfileShape(tp, b, False)).transformer_layers[0]
+    seqpar = analytic_profile(model, selene, train, ProfileShape(tp, b, True)).transformer_layers[0]
     assert baseline.activation_bytes == pytest.approx(sbh * (10 + 24 / tp + 5 * a * s / (h * tp)), rel=1e-6)
     assert seqpar.activation_bytes == pytest.approx(sbh * (34 / tp + 5 * a * s / (h * tp)), rel=1e-6)
     assert baseline.selective_activation_bytes == pytest.approx(sbh * (10 + 24 / tp), rel=1e-6)
@@ -242,7 +253,7 @@ def test_gradient_sync_after_backward_is_fully_exposed(selene):
         after = dataclasses.replace(overlapped, overlap_grad_reduce=False)
         hidden = evaluate(model, selene, overlapped, par, num_gpus=32).prediction
         exposed = evaluate(model, selene, after, par, num_gpus=32).prediction
-        profile = analytic_profile(model, selene, overlapped, 1, 4, False)
+        profile = analytic_profile(model, selene, overlapped, ProfileShape(1, 4, False))
         params = sum(layer.parameter_count for layer in profile.layers)
         bytes_per_param = {"all_reduce": GRAD_BYTES_PER_PARAM, "reduce_scatter": GRAD_BYTES_PER_PARAM,
                            "all_gather": WEIGHT_BYTES_PER_PARAM}
@@ -302,7 +313,7 @@ def test_eager_element_wise_kernels_match_a_measured_pytorch_layer():
 
     def layer_s(fused: bool) -> float:
         training = TrainingSpec(b, s, fp16, flash_attention=False, fused_kernels=fused)
-        layer = analytic_profile(model, v100, training, 1, b, False).layers[1]
+        layer = analytic_profile(model, v100, training, ProfileShape(1, b, False)).layers[1]
         return layer.forward_s + layer.backward_s
 
     contractions_s = 3 * (
@@ -350,7 +361,7 @@ def test_measured_profile_at_the_plan_configuration_gets_tp_comm_from_the_model(
     model = catalog.get_model("megatron-1.7b")
     train = TrainingSpec(64, 2048, Precision.BF16)
     par = ParallelConfig(4, 2, 1, ZeroStage.OS, 2, Recompute.SELECTIVE, 1, True)
-    analytic = analytic_profile(model, selene, train, 2, 2, True)
+    analytic = analytic_profile(model, selene, train, ProfileShape(2, 2, True))
     measured = dataclasses.replace(
         analytic,
         sequence_parallel=True,

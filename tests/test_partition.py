@@ -12,6 +12,7 @@ import pytest
 import catalog
 from solver.cost.analytic import analytic_profile
 from solver.cost.evaluate import evaluate
+from solver.cost.profile import ProfileShape
 from solver.partition.chain import solve_chain
 from solver.partition.cpsat import solve_cpsat
 from solver.partition.fast import solve_fast
@@ -173,7 +174,7 @@ def test_partition_model_matches_the_evaluator(parallel, flash):
     fit, and its bottleneck time is the evaluator's to within the rounding of each layer."""
     training = TrainingSpec(512, 2048, flash_attention=flash)
     ev = evaluate(GPT, CLUSTER, training, parallel, parallel.num_gpus)
-    prof = analytic_profile(GPT, CLUSTER, training, parallel.tp_size, parallel.micro_batch_size, parallel.sequence_parallel)
+    prof = analytic_profile(GPT, CLUSTER, training, ProfileShape.of(parallel))
     m = ev.num_micro_batches
     counts = stage_layer_counts(GPT, parallel)
     roomy = partition_problem(prof, parallel, training, m, ev.peak_bytes * 1.0001, False, CLUSTER.gpu)
@@ -188,7 +189,7 @@ def test_partition_model_matches_the_evaluator(parallel, flash):
 def test_per_stage_recompute_least_is_brute_force_least():
     training = TrainingSpec(512, 2048, flash_attention=False)
     parallel = ParallelConfig(2, 8, 8, ZeroStage.OS, 1, Recompute.NONE)
-    prof = analytic_profile(GPT, CLUSTER, training, 8, 1, False)
+    prof = analytic_profile(GPT, CLUSTER, training, ProfileShape(8, 1, False))
     ev = evaluate(GPT, CLUSTER, training, parallel, 128)
     problem = partition_problem(prof, parallel, training, ev.num_micro_batches, 0.8 * ev.peak_bytes, True, CLUSTER.gpu)
     counts = (5,) * 8

@@ -10,7 +10,7 @@ import pytest
 from catalog import get_cluster
 from solver.cost.analytic import analytic_profile
 from solver.cost.evaluate import evaluate
-from solver.cost.profile import ModelProfile, Origin
+from solver.cost.profile import ModelProfile, Origin, ProfileShape
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig
 from solver.spec.training import TrainingSpec
@@ -27,7 +27,7 @@ SLOWDOWN = 10.0
 
 def _measured(scale_layer: int | None = None, factor: float = SLOWDOWN, all_layers: float = 1.0) -> ModelProfile:
     """The analytic profile re-labelled as a measurement, optionally with one layer slowed."""
-    base = analytic_profile(MODEL, CLUSTER, TRAINING, 1, 1, False)
+    base = analytic_profile(MODEL, CLUSTER, TRAINING, ProfileShape(1, 1, False))
     layers = []
     for layer in base.layers:
         scale = all_layers * (factor if scale_layer is not None and layer is base.transformer_layers[scale_layer] else 1.0)

@@ -292,10 +292,11 @@ def test_min_gpus_picks_fewest_counts_meeting_the_deadline():
 
 def test_heterogeneous_measured_profile_equals_brute_force():
     from solver.cost.analytic import analytic_profile
+    from solver.cost.profile import ProfileShape
 
     eight = replace(TINY, num_layers=6)
     cluster = tiny_cluster(2.2)
-    profile = analytic_profile(eight, cluster, TRAINING, 1, 1, False)
+    profile = analytic_profile(eight, cluster, TRAINING, ProfileShape(1, 1, False))
     layers = tuple(
         replace(layer, forward_s=layer.forward_s * (1 + 0.15 * i), backward_s=layer.backward_s * (1 + 0.1 * i),
                 activation_bytes=int(layer.activation_bytes * (1 + 0.05 * i)))

@@ -29,7 +29,7 @@ from solver.cost.flops import (
     logits_forward_flops,
     predicted_tokens,
 )
-from solver.cost.profile import LayerKind, LayerProfile, ModelProfile
+from solver.cost.profile import LayerKind, LayerProfile, ModelProfile, ProfileShape
 from solver.spec.hardware import ClusterSpec, GpuSpec
 from solver.spec.model import Architecture, MlpActivation, ModelSpec
 from solver.spec.training import Precision, TrainingSpec
@@ -83,8 +83,9 @@ def _activation_all_reduce_s(cluster: ClusterSpec, tokens: float, hidden_size: i
 
 def _layer_profile(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-    tp_size: int, micro_batch_size: int, seq_length: int, sequence_parallel: bool, index: int,
+    shape: ProfileShape, seq_length: int, index: int,
 ) -> LayerProfile:
+    tp_size, micro_batch_size, sequence_parallel = shape.tp_size, shape.micro_batch_size, shape.sequence_parallel
     gpu: GpuSpec = cluster.gpu
     precision, flash = training.precision, training.flash_attention
     elementwise = FUSED if training.fused_kernels else EAGER
@@ -157,8 +158,9 @@ def _layer_profile(
 
 
 def _embedding_profile(
-    model: ModelSpec, cluster: ClusterSpec, tp_size: int, micro_batch_size: int, seq_length: int, sequence_parallel: bool
+    model: ModelSpec, cluster: ClusterSpec, shape: ProfileShape, seq_length: int
 ) -> LayerProfile:
+    tp_size, micro_batch_size, sequence_parallel = shape.tp_size, shape.micro_batch_size, shape.sequence_parallel
     gpu = cluster.gpu
     t, h = tp_size, model.hidden_size
     tokens = micro_batch_size * seq_length
@@ -186,8 +188,9 @@ def _embedding_profile(
 
 def _head_profile(
     model: ModelSpec, cluster: ClusterSpec, precision: Precision,
-    tp_size: int, micro_batch_size: int, seq_length: int, sequence_parallel: bool,
+    shape: ProfileShape, seq_length: int,
 ) -> LayerProfile:
+    tp_size, micro_batch_size, sequence_parallel = shape.tp_size, shape.micro_batch_size, shape.sequence_parallel
     gpu = cluster.gpu
     t, h, vocab = tp_size, model.hidden_size, model.vocab_size
     tokens = micro_batch_size * seq_length
@@ -227,25 +230,24 @@ def analytic_profile(
     model: ModelSpec,
     cluster: ClusterSpec,
     training: TrainingSpec,
-    tp_size: int,
-    micro_batch_size: int,
-    sequence_parallel: bool,
+    shape: ProfileShape,
 ) -> ModelProfile:
-    """Per-layer profile of ``model`` for one micro-batch on one GPU of a TP group of ``tp_size``.
+    """Per-layer profile of ``model`` for one micro-batch of ``shape.micro_batch_size`` on one
+    GPU of a TP group of ``shape.tp_size``.
 
     All transformer layers are identical in the analytic model; a measured profile may differ
     per layer. Cached: the optimizer asks for the same (tp, micro-batch, SP) many times.
     """
     seq = training.seq_length
-    args = (tp_size, micro_batch_size, seq, sequence_parallel)
+    args = (shape, seq)
     layer = _layer_profile(model, cluster, training, *args, index=0)
     layers = [_embedding_profile(model, cluster, *args)]
     layers += [layer if i == 0 else replace(layer, name=f"layer.{i}") for i in range(model.num_layers)]
     layers.append(_head_profile(model, cluster, training.precision, *args))
     return ModelProfile(
         model_name=model.name,
-        tp_size=tp_size,
-        micro_batch_size=micro_batch_size,
+        tp_size=shape.tp_size,
+        micro_batch_size=shape.micro_batch_size,
         seq_length=seq,
         precision=training.precision,
         layers=tuple(layers),

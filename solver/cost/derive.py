@@ -8,11 +8,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from solver.cost.analytic import analytic_profile
-from solver.cost.profile import BYTE_FIELDS, TIME_FIELDS, ModelProfile, Origin
+from solver.cost.profile import (
+    BYTE_FIELDS,
+    TIME_FIELDS,
+    ModelProfile,
+    Origin,
+    ProfileShape,
+)
 from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
 from solver.spec.model import ModelSpec
-from solver.spec.parallel import ParallelConfig
 from solver.spec.training import TrainingSpec
 
 # Fields derive_profile scales by the analytic model's target/measured ratio.
@@ -98,17 +103,15 @@ def derive_profile(
 
 
 def resolve_profile(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig, profile: ModelProfile | None
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, shape: ProfileShape, profile: ModelProfile | None
 ) -> ModelProfile:
     """The profile to cost this configuration with: the analytic one, or the given measured one
-    carried to this tp_size / micro-batch / sequence length by the analytic model's ratios
+    carried to ``shape`` (tp_size, micro-batch, SP) and this sequence length by the analytic model's ratios
     (``solver.cost.derive.derive_profile``). At the measured configuration the ratios are 1, and
     what one GPU cannot measure (TP communication, model FLOPs) comes from the analytic model."""
-    target = analytic_profile(model, cluster, training, parallel.tp_size, parallel.micro_batch_size, parallel.sequence_parallel)
+    target = analytic_profile(model, cluster, training, shape)
     if profile is None:
         return target
     as_measured = replace(training, seq_length=profile.seq_length, flash_attention=profile.flash_attention)
-    measured_at = analytic_profile(
-        model, cluster, as_measured, profile.tp_size, profile.micro_batch_size, profile.sequence_parallel
-    )
+    measured_at = analytic_profile(model, cluster, as_measured, profile.shape)
     return derive_profile(profile, measured_at, target)

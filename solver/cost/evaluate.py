@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from solver.cost.derive import resolve_profile
 from solver.cost.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from solver.cost.memory import GIB_BYTES, in_flight_micro_batches
-from solver.cost.profile import ModelProfile
+from solver.cost.profile import ModelProfile, ProfileShape
 from solver.cost.result import Evaluation, Prediction, StageReport, StepBreakdown
 from solver.cost.schedule import (
     data_parallel_exposed_s,
@@ -74,7 +74,7 @@ def evaluate(
     policy = Policy(framework, allow_tp_across_nodes, max_memory_fraction)
     num_gpus = num_gpus or parallel.num_gpus
     check_structure(model, cluster, training, parallel, num_gpus)
-    prof = resolve_profile(model, cluster, training, parallel, profile)
+    prof = resolve_profile(model, cluster, training, ProfileShape.of(parallel), profile)
     if len(prof.transformer_layers) != model.num_layers:
         raise SpecError("profile.layers", f"the profile has {len(prof.transformer_layers)} transformer layers, the model {model.num_layers}")
 

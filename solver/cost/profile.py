@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from typing import Any
 
 from solver.spec.training import Precision
 
@@ -75,6 +76,23 @@ class LayerProfile:
 
 
 @dataclass(frozen=True)
+class ProfileShape:
+    """What of a parallel configuration a per-layer profile depends on: the tensor-parallel
+    group a GPU's share is cut for, the micro-batch it runs, and whether norms and dropouts are
+    split over the group (sequence parallelism). A dimension that changes per-layer costs (as
+    context parallelism would) becomes a field here."""
+
+    tp_size: int = 1
+    micro_batch_size: int = 1
+    sequence_parallel: bool = False
+
+    @staticmethod
+    def of(parallel: Any) -> "ProfileShape":
+        """The profile shape of a ``ParallelConfig`` (or anything with these fields)."""
+        return ProfileShape(parallel.tp_size, parallel.micro_batch_size, parallel.sequence_parallel)
+
+
+@dataclass(frozen=True)
 class ModelProfile:
     """A chain of layer profiles: embedding, transformer layers, head (in that order)."""
 
@@ -88,6 +106,11 @@ class ModelProfile:
     sequence_parallel: bool = False  # how it was measured (the analytic reference must match)
     flash_attention: bool = True
     notes: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def shape(self) -> ProfileShape:
+        """The configuration it was measured (or derived) at."""
+        return ProfileShape(self.tp_size, self.micro_batch_size, self.sequence_parallel)
 
     @property
     def transformer_layers(self) -> tuple[LayerProfile, ...]:

@@ -121,9 +121,9 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
     stage) and the uniform partition with the least recompute per stage, where they fit."""
     request = run.request
     training = request.training
-    tp, mb, sp = shape.tp_size, shape.micro_batch_size, shape.sequence_parallel
-    prof = run.profiles.profile(tp, mb, sp)
-    rows = run.profiles.rows(tp, mb, sp, shape.base_recompute is Recompute.SELECTIVE)
+    tp, mb = shape.tp_size, shape.micro_batch_size
+    prof = run.profiles.profile(shape.profile_shape)
+    rows = run.profiles.rows(shape.profile_shape, shape.base_recompute is Recompute.SELECTIVE)
     uniform = shape.uniform()
     usable = _usable_bytes(request)
     # Model states alone, spread perfectly over the stages, already too much: nothing fits.
@@ -152,7 +152,7 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
     none_admitted = request.constraints.admits("recompute", Recompute.NONE.value)
     # The schedule runs its slots of the slowest stage; p2p and the DP tail come on top.
     slots = pipeline_slots(shape.pp_size, shape.virtual_stages, m)
-    comm_s = pipeline_comm_s(request.cluster, uniform, m, run.profiles.message_bytes(tp, mb, sp))
+    comm_s = pipeline_comm_s(request.cluster, uniform, m, run.profiles.message_bytes(shape.profile_shape))
     layers = request.model.num_layers
     return [
         (_to_parallel(shape, s, even, none_admitted), slots * stage_time_lower_bound_s(s.stage_time_ns, layers) + comm_s)

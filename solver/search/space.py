@@ -12,7 +12,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from solver.cost.derive import resolve_profile
-from solver.cost.profile import ModelProfile
+from solver.cost.profile import ModelProfile, ProfileShape
 from solver.cost.result import Evaluation
 from solver.cost.schedule import pipeline_comm_s, pipeline_slots
 from solver.frameworks import framework_violations
@@ -44,6 +44,10 @@ class Shape:
     full_recompute: bool  # may layers be fully recomputed (how many is chosen per stage)
     virtual_stages: int
     sequence_parallel: bool
+
+    @property
+    def profile_shape(self) -> ProfileShape:
+        return ProfileShape(self.tp_size, self.micro_batch_size, self.sequence_parallel)
 
     def uniform(self) -> ParallelConfig:
         """The configuration with a uniform partition and every layer on the base recompute."""
@@ -182,66 +186,62 @@ def is_legal(run: SearchRun, shape: Shape, coarse: bool = False) -> bool:
 
 
 class Profiles:
-    """Per-search caches of profiles and what is derived from them, keyed by small tuples
+    """Per-search caches of profiles and what is derived from them, keyed by profile shape
     (hashing a whole profile costs more than what it would save)."""
 
     def __init__(self, request: SearchRequest) -> None:
         self.request = request
-        self._profiles: dict[tuple, ModelProfile] = {}
-        self._model_time: dict[tuple, float] = {}
-        self._rows: dict[tuple, tuple] = {}
-        self._selective_noop: dict[tuple, bool] = {}
-        self._message: dict[tuple, int] = {}
+        self._profiles: dict[ProfileShape, ModelProfile] = {}
+        self._model_time: dict[tuple[ProfileShape, bool], float] = {}
+        self._rows: dict[tuple[ProfileShape, bool], tuple] = {}
+        self._selective_noop: dict[ProfileShape, bool] = {}
+        self._message: dict[ProfileShape, int] = {}
         self._parameters: dict[int, int] = {}
 
-    def profile(self, tp: int, mb: int, sp: bool) -> ModelProfile:
-        key = (tp, mb, sp)
-        if key not in self._profiles:
+    def profile(self, shape: ProfileShape) -> ModelProfile:
+        if shape not in self._profiles:
             r = self.request
-            parallel = ParallelConfig(tp_size=tp, micro_batch_size=mb, sequence_parallel=sp)
-            self._profiles[key] = resolve_profile(r.model, r.cluster, r.training, parallel, r.profile)
-        return self._profiles[key]
+            self._profiles[shape] = resolve_profile(r.model, r.cluster, r.training, shape, r.profile)
+        return self._profiles[shape]
 
-    def model_time_s(self, tp: int, mb: int, sp: bool, selective: bool) -> float:
+    def model_time_s(self, shape: ProfileShape, selective: bool) -> float:
         """One micro-batch's forward + backward + TP time through every layer (no full recompute)."""
-        key = (tp, mb, sp, selective)
+        key = (shape, selective)
         if key not in self._model_time:
-            self._model_time[key] = sum(layer.time_s(False, selective) for layer in self.profile(tp, mb, sp).layers)
+            self._model_time[key] = sum(layer.time_s(False, selective) for layer in self.profile(shape).layers)
         return self._model_time[key]
 
-    def selective_changes_nothing(self, tp: int, mb: int, sp: bool) -> bool:
+    def selective_changes_nothing(self, shape: ProfileShape) -> bool:
         """With fused attention there is no score tensor to drop: selective recompute is a no-op."""
-        key = (tp, mb, sp)
-        if key not in self._selective_noop:
-            self._selective_noop[key] = self.model_time_s(tp, mb, sp, True) == self.model_time_s(tp, mb, sp, False) and all(
-                layer.selective_activation_bytes == layer.activation_bytes for layer in self.profile(tp, mb, sp).layers
+        if shape not in self._selective_noop:
+            self._selective_noop[shape] = self.model_time_s(shape, True) == self.model_time_s(shape, False) and all(
+                layer.selective_activation_bytes == layer.activation_bytes for layer in self.profile(shape).layers
             )
-        return self._selective_noop[key]
+        return self._selective_noop[shape]
 
     def parameter_count(self, tp: int) -> int:
         """Parameters of one tensor-parallel rank's share of the whole model."""
         if tp not in self._parameters:
-            self._parameters[tp] = sum(layer.parameter_count for layer in self.profile(tp, 1, False).layers)
+            self._parameters[tp] = sum(layer.parameter_count for layer in self.profile(ProfileShape(tp, 1, False)).layers)
         return self._parameters[tp]
 
-    def message_bytes(self, tp: int, mb: int, sp: bool) -> int:
+    def message_bytes(self, shape: ProfileShape) -> int:
         """The pipeline's point-to-point message: one transformer layer's output."""
-        key = (tp, mb, sp)
-        if key not in self._message:
-            blocks = self.profile(tp, mb, sp).transformer_layers
-            self._message[key] = blocks[0].output_bytes if blocks else 0
-        return self._message[key]
+        if shape not in self._message:
+            blocks = self.profile(shape).transformer_layers
+            self._message[shape] = blocks[0].output_bytes if blocks else 0
+        return self._message[shape]
 
-    def rows(self, tp: int, mb: int, sp: bool, selective: bool) -> tuple:
-        key = (tp, mb, sp, selective)
+    def rows(self, shape: ProfileShape, selective: bool) -> tuple:
+        key = (shape, selective)
         if key not in self._rows:
-            self._rows[key] = layer_rows(self.profile(tp, mb, sp), selective)
+            self._rows[key] = layer_rows(self.profile(shape), selective)
         return self._rows[key]
 
 
 def dominated_selective(run: SearchRun, shape: Shape) -> bool:
     none_admitted = run.request.constraints.admits("recompute", Recompute.NONE.value)
-    noop = run.profiles.selective_changes_nothing(shape.tp_size, shape.micro_batch_size, shape.sequence_parallel)
+    noop = run.profiles.selective_changes_nothing(shape.profile_shape)
     return noop and (none_admitted or shape.full_recompute)
 
 
@@ -251,12 +251,11 @@ def step_lower_bound_s(run: SearchRun, shape: Shape) -> float:
     m + (p - 1)/v of the slowest stage, and the pipeline's p2p sends are on the critical path."""
     request = run.request
     selective = shape.base_recompute is Recompute.SELECTIVE
-    tp, mb, sp = shape.tp_size, shape.micro_batch_size, shape.sequence_parallel
-    per_micro_batch = run.profiles.model_time_s(tp, mb, sp, selective) / shape.pp_size
-    m = micro_batch_count(request.training.global_batch_size, shape.dp_size, mb)
+    per_micro_batch = run.profiles.model_time_s(shape.profile_shape, selective) / shape.pp_size
+    m = micro_batch_count(request.training.global_batch_size, shape.dp_size, shape.micro_batch_size)
     comm = 0.0
     if shape.pp_size > 1:
-        comm = pipeline_comm_s(request.cluster, shape.uniform(), m, run.profiles.message_bytes(tp, mb, sp))
+        comm = pipeline_comm_s(request.cluster, shape.uniform(), m, run.profiles.message_bytes(shape.profile_shape))
     return pipeline_slots(shape.pp_size, shape.virtual_stages, m) * per_micro_batch + comm
 
 
@@ -279,6 +278,6 @@ def count_step_lower_bound_s(run: SearchRun, num_gpus: int) -> float:
             if mb > MICRO_BATCH_CHOICES_MAX or not request.constraints.admits("micro_batch_size", mb):
                 continue
             for sp in (False, True) if tp > 1 else (False,):
-                per_sample = run.profiles.model_time_s(tp, mb, sp, False) * tp / mb
+                per_sample = run.profiles.model_time_s(ProfileShape(tp, mb, sp), False) * tp / mb
                 best_s = min(best_s, training.global_batch_size * per_sample / num_gpus)
     return best_s
