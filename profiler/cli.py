@@ -24,7 +24,8 @@ UPLOAD_TIMEOUT_S = 60.0
 
 
 def register(subparsers: Any) -> None:
-    """Add the ``profile``, ``calibrate`` and ``import-pipedream`` sub-commands."""
+    """Add the ``profile``, ``calibrate`` and ``import-pipedream`` sub-commands. (Long but flat:
+    one argparse declaration per option, read as the commands' reference.)"""
     profile = subparsers.add_parser(
         "profile", help="measure a model's per-layer profile with PyTorch (needs the profile extra)",
         description="Time forward and backward of each layer of a model on this machine and write a "

@@ -58,7 +58,8 @@ def parse_pipedream_graph(text: str) -> tuple[list[PipeDreamNode], list[tuple[st
 
     Input nodes (description starting with "Input", whose time is data loading) are dropped, as
     PipeDream's optimizer does; ties in the topological order go by the number in the node id,
-    so the result is deterministic. Errors name the line: ``pipedream.line[12]``.
+    so the result is deterministic. Errors name the line: ``pipedream.line[12]``. (One pass
+    over the file's lines with a check per field, kept together so every message names its line.)
     """
     nodes: dict[str, PipeDreamNode] = {}
     edges: list[tuple[str, str]] = []
@@ -155,7 +156,7 @@ def import_pipedream(
     previous boundary (the Input node's output for the first layer); parameter counts are
     ``parameter_size / parameter_bytes_per_value`` (fp32 in PipeDream's profiles). Byte counts
     stay as PipeDream measured them (fp32 activations). The profile is at ``tp_size`` 1 and the
-    model's sequence length.
+    model's sequence length. (Long: the mapping above, step by step, in the order it is stated.)
     """
     ordered, edges = parse_pipedream_graph(text)
     has_input = bool(ordered) and ordered[0].description.startswith("Input")

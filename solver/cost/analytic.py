@@ -81,6 +81,40 @@ def _activation_all_reduce_s(cluster: ClusterSpec, tokens: float, hidden_size: i
     return all_reduce_s(BYTES_16BIT * tokens * hidden_size, tp_size, tp_link(cluster, tp_size))
 
 
+def _attention_core_s(
+    model: ModelSpec, gpu: GpuSpec, training: TrainingSpec, heads_local: float, s: int, elementwise: ElementwiseCost
+) -> tuple[float, float, float]:
+    """(forward, backward, score element-wise forward) seconds of the attention core
+    (Q K^T, softmax, times V) of ``heads_local`` heads over ``s`` tokens: fused (FlashAttention,
+    causal masks skip half the blocks) or materialised through HBM."""
+    precision16 = _sixteen_bit(training.precision)
+    d = model.head_dim
+    if training.flash_attention:
+        causal = 0.5 if model.architecture is Architecture.DECODER else 1.0
+        forward_s = causal * (
+            gemm_time_s(gpu, precision16, s, s, d, heads_local) + gemm_time_s(gpu, precision16, s, d, s, heads_local)
+        )
+        return forward_s, FLASH_BACKWARD_TO_FORWARD * forward_s, 0.0
+    forward_s = gemm_time_s(gpu, precision16, s, s, d, heads_local) + gemm_time_s(gpu, precision16, s, d, s, heads_local)
+    score_s = elementwise_time_s(gpu, elementwise.score_bytes * heads_local * s * s, kernels=2)
+    return forward_s, BACKWARD_TO_FORWARD * forward_s, score_s
+
+
+def _kept_bytes(model: ModelSpec, shape: ProfileShape, s: int, flash: bool) -> tuple[int, int, int]:
+    """Activation bytes one layer keeps for backward with no, selective and full recomputation
+    (Korthikanti et al. 2022 Table 2, generalised to GQA and SwiGLU)."""
+    t, b = shape.tp_size, shape.micro_batch_size
+    h, a, kv, f = model.hidden_size, model.num_attention_heads, model.kv_hidden_size, model.ffn_hidden_size
+    tokens = b * s
+    swiglu = model.mlp_activation is MlpActivation.SWIGLU
+    replicated = 10 * tokens * h  # LN inputs (4), QKV and MLP inputs (4), two dropout masks (2)
+    split = 4 * tokens * h + 4 * tokens * kv + (6 if swiglu else 4) * tokens * f  # Q, out-proj in, K, V, MLP inner
+    scores = 0 if flash else 5 * b * a * s * s  # softmax out, dropout mask, dropout out
+    replicated_local = replicated / t if shape.sequence_parallel else replicated
+    checkpoint = BYTES_16BIT * tokens * h / (t if shape.sequence_parallel else 1)
+    return int(replicated_local + (split + scores) / t), int(replicated_local + split / t), int(checkpoint)
+
+
 def _layer_profile(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     shape: ProfileShape, seq_length: int, index: int,
@@ -91,7 +125,6 @@ def _layer_profile(
     elementwise = FUSED if training.fused_kernels else EAGER
     t, b, s = tp_size, micro_batch_size, seq_length
     h, a, kv, f = model.hidden_size, model.num_attention_heads, model.kv_hidden_size, model.ffn_hidden_size
-    d = model.head_dim
     tokens = b * s
     tokens_local = tokens / t if sequence_parallel else tokens  # tokens that norms/dropout see
     swiglu = model.mlp_activation is MlpActivation.SWIGLU
@@ -103,21 +136,9 @@ def _layer_profile(
         + gemm_time_s(gpu, precision, tokens, (2 if swiglu else 1) * f / t, h)  # up (+ gate)
         + gemm_time_s(gpu, precision, tokens, h, f / t)  # down
     )
-    precision16 = _sixteen_bit(precision)
-    heads_local = b * a / t
-    if flash:
-        causal = 0.5 if model.architecture is Architecture.DECODER else 1.0
-        attention_forward_s = causal * (
-            gemm_time_s(gpu, precision16, s, s, d, heads_local) + gemm_time_s(gpu, precision16, s, d, s, heads_local)
-        )
-        attention_backward_s = FLASH_BACKWARD_TO_FORWARD * attention_forward_s
-        score_elementwise_s = 0.0
-    else:
-        attention_forward_s = gemm_time_s(gpu, precision16, s, s, d, heads_local) + gemm_time_s(
-            gpu, precision16, s, d, s, heads_local
-        )
-        attention_backward_s = BACKWARD_TO_FORWARD * attention_forward_s
-        score_elementwise_s = elementwise_time_s(gpu, elementwise.score_bytes * heads_local * s * s, kernels=2)
+    attention_forward_s, attention_backward_s, score_elementwise_s = _attention_core_s(
+        model, gpu, training, b * a / t, s, elementwise
+    )
     activation_fn_bytes = (6 if swiglu else 4) * tokens * f / t
     head_copy_bytes = elementwise.head_copy_bytes * tokens * (2 * h + 2 * kv) / t
     other_elementwise_s = elementwise_time_s(
@@ -135,21 +156,16 @@ def _layer_profile(
     # all-gather + reduce-scatter pairs with sequence parallelism).
     tp_comm_s = 4 * _activation_all_reduce_s(cluster, tokens, h, t)
 
-    # Activation bytes kept for backward (Korthikanti et al. 2022 Table 2, generalised).
-    replicated = 10 * tokens * h  # LN inputs (4), QKV and MLP inputs (4), two dropout masks (2)
-    split = 4 * tokens * h + 4 * tokens * kv + (6 if swiglu else 4) * tokens * f  # Q, out-proj in, K, V, MLP inner
-    scores = 0 if flash else 5 * b * a * s * s  # softmax out, dropout mask, dropout out
-    replicated_local = replicated / t if sequence_parallel else replicated
-    checkpoint = BYTES_16BIT * tokens * h / (t if sequence_parallel else 1)
+    activation, selective, checkpoint = _kept_bytes(model, shape, s, flash)
     return LayerProfile(
         name=f"layer.{index}",
         kind=LayerKind.TRANSFORMER,
         forward_s=forward_s,
         backward_s=backward_s,
         parameter_count=layer_parameter_count(model) // t,
-        activation_bytes=int(replicated_local + (split + scores) / t),
-        selective_activation_bytes=int(replicated_local + split / t),
-        checkpoint_bytes=int(checkpoint),
+        activation_bytes=activation,
+        selective_activation_bytes=selective,
+        checkpoint_bytes=checkpoint,
         output_bytes=int(BYTES_16BIT * tokens * h / t),
         selective_recompute_s=selective_recompute_s,
         tp_comm_s=tp_comm_s,

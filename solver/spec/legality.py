@@ -35,7 +35,8 @@ def stage_layer_counts(model: ModelSpec, parallel: ParallelConfig) -> tuple[int,
 def check_structure(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig, num_gpus: int
 ) -> None:
-    """Raise SpecError for the first rule the configuration breaks (``SpecError.rule`` names it)."""
+    """Raise SpecError for the first rule the configuration breaks (``SpecError.rule`` names it).
+    (Long but flat: one independent check per rule, in the order they are reported.)"""
     if num_gpus > cluster.num_gpus:
         raise SpecError("num_gpus", f"{num_gpus} GPUs requested, the cluster has {cluster.num_gpus}", Rule.GPU_COUNT)
     if parallel.num_gpus != num_gpus:
