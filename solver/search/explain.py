@@ -12,9 +12,9 @@ from dataclasses import replace
 
 from solver.cost.memory import GIB_BYTES
 from solver.search.request import Constraints, Objective
+from solver.search.result import DeadlineMiss, Explanation, MemoryMiss, Suggestion
 from solver.spec.dimensions import relaxable
 from solver.spec.errors import SpecError
-from solver.spec.parallel import parallel_to_dict
 from solver.spec.rules import Rule
 from solver.spec.training import Framework, Recompute
 
@@ -51,7 +51,7 @@ def _least_memory_config(shape):
     return parallel
 
 
-def closest_miss(run) -> dict | None:
+def closest_miss(run) -> MemoryMiss | None:
     """The legal configuration that comes closest to fitting, evaluated."""
     request = run.request
     c = request.constraints
@@ -85,15 +85,15 @@ def closest_miss(run) -> dict | None:
         f" pp {parallel.pp_size}, dp {parallel.dp_size}, ZeRO-{int(parallel.zero_stage)}, {recompute} recompute,"
         f" micro-batch {parallel.micro_batch_size} on {num_gpus} GPUs; {limit}"
     )
-    return {
-        "text": text,
-        "peak_gib": peak / GIB_BYTES,
-        "usable_gib": usable / GIB_BYTES,
-        "num_gpus": num_gpus,
-        "parallel": parallel_to_dict(parallel),
-        "memory_gib": ev.memory_to_dict()["breakdown_gib"],
-        "fits": ev.feasible,
-    }
+    return MemoryMiss(
+        text=text,
+        peak_gib=peak / GIB_BYTES,
+        usable_gib=usable / GIB_BYTES,
+        num_gpus=num_gpus,
+        parallel=parallel,
+        memory_gib=ev.memory_to_dict()["breakdown_gib"],
+        fits=ev.feasible,
+    )
 
 
 def _relaxed(constraints: Constraints, *dimensions: str, **changes) -> Constraints:
@@ -101,7 +101,7 @@ def _relaxed(constraints: Constraints, *dimensions: str, **changes) -> Constrain
     return replace(constraints, allowed=allowed, **changes)
 
 
-def _changes(run, miss: dict | None):
+def _changes(run, miss: MemoryMiss | None):
     """(what, changed request) pairs, smallest changes first."""
     request = run.request
     c = request.constraints
@@ -134,34 +134,44 @@ def _changes(run, miss: dict | None):
     if training.global_batch_size % 2 == 0:
         smaller = replace(training, global_batch_size=training.global_batch_size // 2)
         out.append((f"a smaller global batch ({smaller.global_batch_size} sequences)", replace(request, training=smaller)))
-    if miss is not None and not miss["fits"]:
-        need_gib = math.ceil(miss["peak_gib"] / c.max_memory_fraction)
+    if miss is not None and not miss.fits:
+        need_gib = math.ceil(miss.peak_gib / c.max_memory_fraction)
         gpu = replace(cluster.gpu, memory_bytes=need_gib * GIB_BYTES)
         out.append((f"a GPU with at least {need_gib} GiB of memory", replace(request, cluster=replace(cluster, gpu=gpu))))
     return out
 
 
-def explain(run, find_plans) -> dict:
-    """The explanation dict of an empty search result. ``find_plans`` is the search to check
-    each suggested change with (``solver.search.loop.find_plans``), passed in so that this module
-    does not import the loop that calls it."""
+def explain(run, find_plans) -> Explanation:
+    """Why ``run`` found nothing. ``find_plans`` is the search to check each suggested change
+    with (``solver.search.loop.find_plans``), passed in so that this module does not import the
+    loop that calls it."""
     rule, count = _binding(run)
     request = run.request
     miss = closest_miss(run) if run.legal else None
-    explanation = {
-        "binding_constraint": rule.value,
-        "binding_text": rule.summary,
-        "rejections": rejection_counts(run),
-        "closest_miss": miss,
-        "suggestions": [],
-    }
     if rule is Rule.MEMORY and miss is not None:
-        explanation["summary"] = "No configuration fits in memory: " + miss["text"]
+        summary = "No configuration fits in memory: " + miss.text
     elif rule is Rule.DEADLINE:
-        explanation["summary"] = f"No GPU count meets deadline_s {request.deadline_s:g} s"
+        summary = f"No GPU count meets deadline_s {request.deadline_s:g} s"
     else:
-        explanation["summary"] = f"No legal configuration: {rule.summary} ({count} rejected)"
+        summary = f"No legal configuration: {rule.summary} ({count} rejected)"
+    suggestions = _checked_suggestions(run, miss, find_plans)
+    closest: MemoryMiss | DeadlineMiss | None = miss
+    if rule is Rule.DEADLINE and suggestions and suggestions[0].change.startswith("drop the deadline"):
+        fastest = suggestions[0]
+        text = (
+            f"the fastest plan trains in {fastest.time_to_train_s:.4g} s on {fastest.num_gpus} GPUs;"
+            f" the deadline is {request.deadline_s:.4g} s"
+        )
+        closest = DeadlineMiss(text, fastest.time_to_train_s, fastest.num_gpus, fastest.parallel)
+        summary += ": " + text
+    return Explanation(rule, rule.summary, rejection_counts(run), closest, tuple(suggestions), summary)
+
+
+def _checked_suggestions(run, miss: MemoryMiss | None, find_plans) -> list[Suggestion]:
+    """Each change of ``_changes`` for which the search, run again on the changed request within
+    the time left, finds a plan; with that plan's figures."""
     stop = min(time.perf_counter() + SUGGESTION_BUDGET_S, run.deadline)  # within the request's time budget
+    suggestions = []
     for what, changed in _changes(run, miss):
         remaining = stop - time.perf_counter()
         if remaining <= 0:
@@ -173,22 +183,13 @@ def explain(run, find_plans) -> dict:
         if plans:
             best = plans[0]
             p = best.evaluation.prediction
-            explanation["suggestions"].append({
-                "change": what,
-                "checked": True,
-                "num_gpus": best.num_gpus,
-                "parallel": parallel_to_dict(best.parallel),
-                "step_time_s": p.step_time_s,
-                "time_to_train_s": p.time_to_train_s,
-                "peak_gib": best.evaluation.peak_bytes / GIB_BYTES,
-            })
-    if rule is Rule.DEADLINE and explanation["suggestions"] and explanation["suggestions"][0]["change"].startswith("drop the deadline"):
-        fastest = explanation["suggestions"][0]
-        text = (
-            f"the fastest plan trains in {fastest['time_to_train_s']:.4g} s on {fastest['num_gpus']} GPUs;"
-            f" the deadline is {request.deadline_s:.4g} s"
-        )
-        explanation["closest_miss"] = {"text": text, "time_to_train_s": fastest["time_to_train_s"],
-                                       "num_gpus": fastest["num_gpus"], "parallel": fastest["parallel"]}
-        explanation["summary"] += ": " + text
-    return explanation
+            suggestions.append(Suggestion(
+                change=what,
+                checked=True,
+                num_gpus=best.num_gpus,
+                parallel=best.parallel,
+                step_time_s=p.step_time_s,
+                time_to_train_s=p.time_to_train_s,
+                peak_gib=best.evaluation.peak_bytes / GIB_BYTES,
+            ))
+    return suggestions
