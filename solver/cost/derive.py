@@ -81,7 +81,8 @@ def derive_profile(
         same = all(getattr(base, key) == getattr(target, key) for key in SCALED_FIELDS)
         for key in BYTE_FIELDS + ("parameter_count",):
             values[key] = int(round(values[key]))
-        layers.append(replace(mine, origin=Origin.MEASURED if same else Origin.DERIVED, **values))
+        # values holds SCALED_FIELDS only, each as its field's type (bytes and counts rounded).
+        layers.append(replace(mine, origin=Origin.MEASURED if same else Origin.DERIVED, **values))  # type: ignore[arg-type]
     notes = list(measured.notes)
     if filled:
         notes.append("from the analytic model (not in the measurement): " + ", ".join(sorted(filled)))

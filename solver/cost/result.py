@@ -135,7 +135,7 @@ class Evaluation:
 
     feasible: bool
     violations: tuple[Violation, ...]
-    prediction: Prediction | None  # None only when the configuration is not even legal
+    prediction: Prediction
     stages: tuple[StageReport, ...]
     capacity_bytes: float
     peak_stage: int

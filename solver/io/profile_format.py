@@ -33,6 +33,7 @@ Every error is a ``SpecError`` whose field names the place, e.g. ``layers[3].for
 from __future__ import annotations
 
 import math
+from enum import Enum
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -138,7 +139,7 @@ def _text(path: str, value: Any, allow_empty: bool = False, max_chars: int = NAM
     return value
 
 
-def _choice(path: str, value: Any, enum: type) -> Any:
+def _choice(path: str, value: Any, enum: type[Enum]) -> Any:
     try:
         return enum(value)
     except ValueError:
@@ -257,7 +258,8 @@ def _layer_from_dict(index: int, raw: Any, previous_output_bytes: int | None) ->
         parameter_count=count,
         model_flops=float(flops),
         origin=_choice(f"{path}.origin", Origin.MEASURED.value if raw.get("origin") is None else raw["origin"], Origin),
-        **times,
+        # Keyword arguments by field group: the time fields as floats, the byte fields as ints.
+        **times,  # type: ignore[arg-type]
         **sizes,
     )
 

@@ -226,7 +226,7 @@ def greedy_partition(problem: PartitionProblem) -> PartitionSolution | None:
 
     def least_recompute(stage: int, a: int, b: int, start_k: int) -> int | None:
         f, budget = problem.in_flight[stage], problem.stage_budget_kib[stage]
-        for k in range(start_k, (b - a if problem.allow_recompute else 0) + 1):
+        for k in range(start_k, (b - a if problem.allow_recompute else 0) + 1):  # the least k that fits
             kept = ckpt_p[a + k] - ckpt_p[a] + kept_p[b] - kept_p[a + k]
             if stage_memory_kib(f, kept, state_p[b] - state_p[a], problem.working_kib if k else 0) <= budget:
                 return k
@@ -238,9 +238,10 @@ def greedy_partition(problem: PartitionProblem) -> PartitionSolution | None:
             last = layers - (p - 1 - stage)  # leave a layer for every later stage
             b, k, best = a + 1, 0, None
             while b <= last:
-                k = least_recompute(stage, a, b, k)
-                if k is None:
+                least = least_recompute(stage, a, b, k)
+                if least is None:
                     break
+                k = least
                 time_ns = stage_time_ns(time_p[b] - time_p[a], recompute_p[a + k] - recompute_p[a], problem.stage_extra_time_ns[stage])
                 if time_ns > bound_ns:
                     break
@@ -263,8 +264,8 @@ def greedy_partition(problem: PartitionProblem) -> PartitionSolution | None:
             lo = mid + 1
         else:
             hi = mid
-    counts, _ = place(hi)
-    return fixed_partition(problem, tuple(counts))
+    placed = place(hi)  # feasible: hi only ever moves to a bound that placed
+    return fixed_partition(problem, tuple(placed[0])) if placed is not None else None
 
 
 def solve_cpsat(

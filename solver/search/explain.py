@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from solver.cost.memory import GIB_BYTES
 from solver.search.request import Constraints, Objective
+from solver.search.space import Shape
 from solver.search.result import DeadlineMiss, Explanation, MemoryMiss, Suggestion
 from solver.spec.dimensions import relaxable
 from solver.spec.errors import SpecError
@@ -58,7 +59,7 @@ def closest_miss(run) -> MemoryMiss | None:
     usable = request.cluster.gpu.memory_bytes * c.max_memory_fraction
     best = None
     # Memory grows with the micro-batch: per group of otherwise equal shapes, the smallest one.
-    smallest: dict[tuple, object] = {}
+    smallest: dict[tuple, Shape] = {}
     for shape in run.legal:
         key = (shape.num_gpus, shape.tp_size, shape.pp_size, shape.zero_stage, shape.base_recompute,
                shape.full_recompute, shape.virtual_stages, shape.sequence_parallel)

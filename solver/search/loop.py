@@ -69,6 +69,13 @@ def _price(request: SearchRequest) -> float | None:
     return request.cluster.gpu_hour_price_usd
 
 
+def _given(value: float | None, field: str) -> float:
+    """A request field an objective needs (``check_request`` has made sure it is given)."""
+    if value is None:
+        raise SpecError(field, "is needed by the objective")
+    return value
+
+
 def check_request(request: SearchRequest) -> None:
     """Raise SpecError for a request the search cannot answer."""
     objective = Objective(request.objective)
@@ -104,9 +111,9 @@ def _objective_value(request: SearchRequest, step_time_s: float, num_gpus: int) 
     if objective is Objective.MAX_THROUGHPUT:
         return per_token
     if objective is Objective.MIN_TIME_TO_TRAIN:
-        return per_token * training.train_tokens
+        return per_token * _given(training.train_tokens, "training.train_tokens")
     if objective is Objective.MIN_COST:
-        usd_per_s = num_gpus * _price(request) / SECONDS_PER_HOUR
+        usd_per_s = num_gpus * _given(_price(request), "gpu_hour_price_usd") / SECONDS_PER_HOUR
         return usd_per_s * per_token * (training.train_tokens or 1.0)
     return float(num_gpus)
 
@@ -278,20 +285,21 @@ def _search_min_gpus(run: SearchRun, counts: list[int]) -> list[_Held]:
     tried in increasing order."""
     request = run.request
     fastest = replace(request, objective=Objective.MIN_TIME_TO_TRAIN)
-    meets = lambda ev: ev.prediction.time_to_train_s <= request.deadline_s  # noqa: E731
+    deadline_s = _given(request.deadline_s, "deadline_s")
+    meets = lambda ev: ev.prediction.time_to_train_s <= deadline_s  # noqa: E731
     found: list[_Held] = []
     for num_gpus in counts:
         if len(found) >= request.top_k:
             break
-        steps = request.training.train_tokens / request.training.tokens_per_step
-        if steps * count_step_lower_bound_s(run, num_gpus) > request.deadline_s:
+        steps = _given(request.training.train_tokens, "training.train_tokens") / request.training.tokens_per_step
+        if steps * count_step_lower_bound_s(run, num_gpus) > deadline_s:
             run.stats.configurations_pruned += 1
             run.reject(Rule.DEADLINE)
             continue
         if time.perf_counter() > run.deadline:
             run.stats.timed_out = True
             break
-        plans = search_counts(run, fastest, [num_gpus], request.top_k - len(found), accept=meets, ceiling=request.deadline_s)
+        plans = search_counts(run, fastest, [num_gpus], request.top_k - len(found), accept=meets, ceiling=deadline_s)
         found.extend(replace(h, value=float(h.num_gpus)) for h in plans)
     return found
 

@@ -81,7 +81,7 @@ class DeadlineMiss(_ByKey):
     """The fastest plan, which still misses the deadline."""
 
     text: str
-    time_to_train_s: float
+    time_to_train_s: float | None
     num_gpus: int
     parallel: ParallelConfig
 

@@ -180,8 +180,8 @@ def is_legal(run: SearchRun, shape: Shape, coarse: bool = False) -> bool:
     if key not in run.framework_rules:
         probe = ParallelConfig(pp_size=shape.pp_size, zero_stage=ZeroStage(shape.zero_stage))
         run.framework_rules[key] = framework_violations(probe, constraints.framework)
-    for problem in run.framework_rules[key]:
-        run.reject(problem.rule)
+    for violation in run.framework_rules[key]:
+        run.reject(violation.rule)
     return not run.framework_rules[key]
 
 

@@ -17,7 +17,7 @@ class SpecError(ValueError):
         self.reason = reason
         self.rule = rule
 
-    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+    def __reduce__(self) -> tuple[type, tuple[str, str, Rule | None]]:
         """Pickle by (field, reason, rule), so the error crosses a process pool intact."""
         reason = self.reason[len(self.rule.tag) + 1 :] if self.rule is not None else self.reason
         return (type(self), (self.field, reason, self.rule))

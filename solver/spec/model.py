@@ -37,8 +37,9 @@ class ModelSpec:
     num_attention_heads: int
     vocab_size: int
     seq_length: int
-    num_kv_heads: int | None = None
-    ffn_hidden_size: int | None = None
+    # None (the default) is filled in by __post_init__: num_attention_heads, and 4 * hidden_size.
+    num_kv_heads: int = None  # type: ignore[assignment]
+    ffn_hidden_size: int = None  # type: ignore[assignment]
     mlp_activation: MlpActivation = MlpActivation.GELU
     tied_embeddings: bool = True
     architecture: Architecture = Architecture.DECODER

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 from solver.spec.dimensions import DIMENSIONS, Kind
@@ -49,9 +50,9 @@ class ParallelConfig:
             if values is not None:
                 object.__setattr__(self, name, self._per_chunk(name, values))
 
-    def _per_chunk(self, name: str, values: object) -> tuple[int, ...]:
+    def _per_chunk(self, name: str, given: Iterable[Any]) -> tuple[int, ...]:
         """A per-chunk list (one non-negative integer per model chunk, pipeline order)."""
-        values = tuple(values)
+        values = tuple(given)
         if len(values) != self.num_chunks:
             raise SpecError(
                 f"parallel.{name}", f"needs pp_size * virtual_stages = {self.num_chunks} entries, got {len(values)}"
