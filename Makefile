@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 HOST ?= 127.0.0.1
 
-.PHONY: run test install install-dev bench clean
+.PHONY: run test lint install install-dev bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,12 @@ run: install
 	$(BIN)/partitura db upgrade
 	$(BIN)/partitura serve --host $(HOST) --port $(PORT)
 
-test: install-dev
+test: install-dev lint
 	$(BIN)/python -m pytest
+
+lint: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 bench: install
 	$(BIN)/python bench/accuracy.py

@@ -64,7 +64,8 @@ def gpu_spec_from_dict(data: dict[str, Any], field: str = "gpu") -> GpuSpec:
             memory_bytes=int(float(data["memory_gib"]) * GIB_BYTES),
             hbm_bytes_per_s=float(data["hbm_gbytes_per_s"]) * GB_BYTES,
             gemm_efficiency={Precision(k): float(v) for k, v in effs.items()},
-            **{target: cast(data[key]) for key, target, cast in GPU_OPTIONAL if data.get(key) is not None},
+            # The calibration fields an entry gives, each cast to its field's type.
+            **{target: cast(data[key]) for key, target, cast in GPU_OPTIONAL if data.get(key) is not None},  # type: ignore[arg-type]
         )
     except KeyError as missing:
         raise SpecError(f"{field}.{missing.args[0]}", "is required") from None
@@ -102,7 +103,7 @@ def cluster_spec_on_gpu(data: dict[str, Any], gpu: GpuSpec) -> ClusterSpec:
             num_nodes=data["num_nodes"],
             intra_node_bytes_per_s=float(data["intra_node_gbytes_per_s"]) * GB_BYTES,
             inter_node_bytes_per_s=float(data["inter_node_gbytes_per_s"]) * GB_BYTES,
-            **optional,
+            **optional,  # type: ignore[arg-type]  # latencies and bus efficiencies, floats
         )
     except KeyError as missing:
         raise SpecError(f"cluster.{missing.args[0]}", "is required") from None

@@ -33,8 +33,8 @@ Every error is a ``SpecError`` whose field names the place, e.g. ``layers[3].for
 from __future__ import annotations
 
 import math
-from enum import Enum
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Sequence
 
 from solver.cost.profile import (

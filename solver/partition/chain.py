@@ -54,7 +54,7 @@ def _range_tables(problem: PartitionProblem) -> tuple[np.ndarray, np.ndarray, np
     for stage in range(p):
         f, budget = problem.in_flight[stage], problem.stage_budget_kib[stage]
 
-        def memory(k: np.ndarray) -> np.ndarray:
+        def memory(k: np.ndarray, f: float = f) -> np.ndarray:  # this stage's in-flight count
             split = np.minimum(a + k, b)
             kept = ckpt_p[split] - ckpt_p[a] + kept_p[b] - kept_p[split]
             return stage_memory_kib(f, kept, state, np.where(k > 0, problem.working_kib, 0))

@@ -12,8 +12,8 @@ from dataclasses import replace
 
 from solver.cost.memory import GIB_BYTES
 from solver.search.request import Constraints, Objective
-from solver.search.space import Shape
 from solver.search.result import DeadlineMiss, Explanation, MemoryMiss, Suggestion
+from solver.search.space import Shape
 from solver.spec.dimensions import relaxable
 from solver.spec.errors import SpecError
 from solver.spec.rules import Rule
