@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
-from solver.spec.training import Precision
+from solver.spec.training import Precision, Recompute
 
 
 class LayerKind(str, Enum):
@@ -58,21 +58,23 @@ class LayerProfile:
     model_flops: float = 0.0  # useful FLOPs of forward + backward (for MFU), this GPU
     origin: Origin = Origin.ANALYTIC
 
-    def recompute_s(self, full_recompute: bool, selective: bool) -> float:
-        """Extra time of recomputation: a full recompute repeats the forward pass and its TP
-        collectives (half of ``tp_comm_s``: 2 of the 4 per layer, Korthikanti et al. 2022 Sec 4)."""
-        if full_recompute:
+    def recompute_s(self, mode: Recompute) -> float:
+        """Extra time of recomputing this layer in ``mode``: a full recompute repeats the forward
+        pass and its TP collectives (half of ``tp_comm_s``: 2 of the 4 per layer, Korthikanti et
+        al. 2022 Sec 4); a selective one the attention core."""
+        if mode is Recompute.FULL:
             return self.forward_s + self.tp_comm_s / 2
-        return self.selective_recompute_s if selective else 0.0
+        return self.selective_recompute_s if mode is Recompute.SELECTIVE else 0.0
 
-    def time_s(self, full_recompute: bool, selective: bool) -> float:
+    def time_s(self, mode: Recompute) -> float:
         """Forward + backward (+ recompute) time of this layer, TP communication included."""
-        return self.forward_s + self.backward_s + self.tp_comm_s + self.recompute_s(full_recompute, selective)
+        return self.forward_s + self.backward_s + self.tp_comm_s + self.recompute_s(mode)
 
-    def kept_bytes(self, full_recompute: bool, selective: bool) -> int:
-        if full_recompute:
+    def kept_bytes(self, mode: Recompute) -> int:
+        """Activation bytes kept for backward in ``mode`` (full: the layer's input only)."""
+        if mode is Recompute.FULL:
             return self.checkpoint_bytes
-        return self.selective_activation_bytes if selective else self.activation_bytes
+        return self.selective_activation_bytes if mode is Recompute.SELECTIVE else self.activation_bytes
 
 
 @dataclass(frozen=True)

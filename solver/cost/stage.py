@@ -4,8 +4,8 @@ A stage (one GPU of a pipeline; all its chunks when interleaved) holds some tran
 each either fully recomputed or not, plus the embedding on the first stage and the head on the
 last ("extras"). Its time per micro-batch and its peak memory are
 
-    time   = sum over layers of time_s(full, selective) + extras' time + gradient accumulation
-    memory = in_flight x sum over layers of kept_bytes(full, selective) + recompute working set
+    time   = sum over layers of time_s(mode) + extras' time + gradient accumulation
+    memory = in_flight x sum over layers of kept_bytes(mode) + recompute working set
              + model states (ZeRO) + extras' activations + ZeRO-3 gather buffers + reserve
 
 ``stage_cost`` adds these up in floats for the evaluator; ``solver.partition.problem`` scales the
@@ -77,13 +77,13 @@ class StagePolicy:
     dp_size: int
     optimizer: OptimizerKind
     num_micro_batches: int
-    selective: bool  # layers not fully recomputed use selective recomputation
+    base_recompute: Recompute  # what layers not fully recomputed do: NONE or SELECTIVE
 
     @staticmethod
     def of(gpu: GpuSpec, parallel: ParallelConfig, optimizer: OptimizerKind, num_micro_batches: int) -> "StagePolicy":
         return StagePolicy(
             gpu, parallel.zero_stage, parallel.dp_size, optimizer, num_micro_batches,
-            parallel.recompute is Recompute.SELECTIVE,
+            Recompute.SELECTIVE if parallel.recompute is Recompute.SELECTIVE else Recompute.NONE,
         )
 
 
@@ -181,20 +181,20 @@ def stage_cost(
     """One stage's time per micro-batch and peak memory: ``layers`` are its transformer layers
     with their full-recompute flags; ``embedding`` / ``head`` are given on the stage that runs
     them."""
-    selective = policy.selective
+    base = policy.base_recompute
     extras = [layer for layer in (embedding, head) if layer is not None]
     everything = layers + [(layer, False) for layer in extras]
     params = sum(layer.parameter_count for layer, _ in everything)
     time = StageTime(
         forward_s=sum(layer.forward_s for layer, _ in everything),
         backward_s=sum(layer.backward_s for layer, _ in everything),
-        recompute_s=sum(layer.recompute_s(full, selective) for layer, full in everything),
+        recompute_s=sum(layer.recompute_s(Recompute.FULL if full else base) for layer, full in everything),
         tp_comm_s=sum(layer.tp_comm_s for layer, _ in everything),
         grad_accumulation_s=grad_accumulation_s(policy.gpu, params, policy),
     )
     largest = max((layer.parameter_count for layer, _ in everything), default=0)
     states = model_state_bytes(params, policy.zero_stage, policy.dp_size, policy.optimizer)
-    kept = sum(layer.kept_bytes(full, selective) for layer, full in layers)
+    kept = sum(layer.kept_bytes(Recompute.FULL if full else base) for layer, full in layers)
     working = max((recompute_working_bytes(layer) for layer, full in layers if full), default=0)
     allocated = dict(
         weights=states["weights"],

@@ -47,7 +47,7 @@ from solver.cost.stage import (
 )
 from solver.spec.hardware import GpuSpec
 from solver.spec.parallel import ParallelConfig
-from solver.spec.training import TrainingSpec
+from solver.spec.training import Recompute, TrainingSpec
 
 KIB_BYTES = 1024
 NS_PER_S = 1e9
@@ -145,16 +145,18 @@ def _ns(value_s: float) -> int:
     return int(math.ceil(value_s * NS_PER_S))
 
 
-def layer_rows(profile: ModelProfile, selective: bool) -> tuple[tuple[int, ...], ...]:
+def layer_rows(profile: ModelProfile, base: Recompute) -> tuple[tuple[int, ...], ...]:
     """Per transformer layer: time ns, recompute ns, kept KiB, checkpoint KiB, parameters,
-    recompute working-set KiB. One profile's rows serve every ZeRO stage, dp and pp: callers
-    that plan many shapes compute them once (``partition_problem``'s ``rows``)."""
+    recompute working-set KiB; layers not fully recomputed run ``base`` (NONE or SELECTIVE).
+    One profile's rows serve every ZeRO stage, dp and pp: callers that plan many shapes compute
+    them once (``partition_problem``'s ``rows``)."""
     blocks = profile.transformer_layers
+    full = Recompute.FULL
     return (
-        tuple(_ns(layer.time_s(False, selective)) for layer in blocks),
-        tuple(_ns(layer.recompute_s(True, selective) - layer.recompute_s(False, selective)) for layer in blocks),
-        tuple(_kib(layer.kept_bytes(False, selective)) for layer in blocks),
-        tuple(_kib(layer.kept_bytes(True, selective)) for layer in blocks),
+        tuple(_ns(layer.time_s(base)) for layer in blocks),
+        tuple(_ns(layer.recompute_s(full) - layer.recompute_s(base)) for layer in blocks),
+        tuple(_kib(layer.kept_bytes(base)) for layer in blocks),
+        tuple(_kib(layer.kept_bytes(full)) for layer in blocks),
         tuple(layer.parameter_count for layer in blocks),
         tuple(_kib(recompute_working_bytes(layer)) for layer in blocks),
     )
@@ -190,7 +192,7 @@ def partition_problem(
     in_flight = tuple(in_flight_micro_batches(stage, pp, v, num_micro_batches) for stage in range(pp))
     allocatable = allocatable_bytes(usable_bytes)
 
-    times, recomputes, kept, checkpoints, params, working = rows or layer_rows(profile, policy.selective)
+    times, recomputes, kept, checkpoints, params, working = rows or layer_rows(profile, policy.base_recompute)
     extras_all = [layer for layer in (embedding, head) if layer is not None]
     largest = max([*params, *(layer.parameter_count for layer in extras_all)], default=0)
     # Exact for one stage; with several, before their layers are known, the two-layer bound.
@@ -212,7 +214,7 @@ def partition_problem(
             in_flight[stage], embedding if first_stage else None, head if last_stage else None
         )
         extra_params = sum(layer.parameter_count for layer in extras)
-        extra_time.append(_ns(sum(layer.time_s(False, False) for layer in extras) + launch_s + accumulation_s(extra_params)))
+        extra_time.append(_ns(sum(layer.time_s(Recompute.NONE) for layer in extras) + launch_s + accumulation_s(extra_params)))
         state = _kib(state_per_param * extra_params)
         extra_state.append(state)
         budget.append(int(math.floor((allocatable - fixed) / KIB_BYTES)) - state)

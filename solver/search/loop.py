@@ -130,7 +130,7 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
     training = request.training
     tp, mb = shape.tp_size, shape.micro_batch_size
     prof = run.profiles.profile(shape.profile_shape)
-    rows = run.profiles.rows(shape.profile_shape, shape.base_recompute is Recompute.SELECTIVE)
+    rows = run.profiles.rows(shape.profile_shape, shape.base_recompute)
     uniform = shape.uniform()
     usable = _usable_bytes(request)
     # Model states alone, spread perfectly over the stages, already too much: nothing fits.

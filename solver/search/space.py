@@ -192,8 +192,8 @@ class Profiles:
     def __init__(self, request: SearchRequest) -> None:
         self.request = request
         self._profiles: dict[ProfileShape, ModelProfile] = {}
-        self._model_time: dict[tuple[ProfileShape, bool], float] = {}
-        self._rows: dict[tuple[ProfileShape, bool], tuple] = {}
+        self._model_time: dict[tuple[ProfileShape, Recompute], float] = {}
+        self._rows: dict[tuple[ProfileShape, Recompute], tuple] = {}
         self._selective_noop: dict[ProfileShape, bool] = {}
         self._message: dict[ProfileShape, int] = {}
         self._parameters: dict[int, int] = {}
@@ -204,17 +204,18 @@ class Profiles:
             self._profiles[shape] = resolve_profile(r.model, r.cluster, r.training, shape, r.profile)
         return self._profiles[shape]
 
-    def model_time_s(self, shape: ProfileShape, selective: bool) -> float:
-        """One micro-batch's forward + backward + TP time through every layer (no full recompute)."""
-        key = (shape, selective)
+    def model_time_s(self, shape: ProfileShape, base: Recompute) -> float:
+        """One micro-batch's forward + backward + TP time through every layer, each running
+        ``base`` (NONE or SELECTIVE: no full recompute)."""
+        key = (shape, base)
         if key not in self._model_time:
-            self._model_time[key] = sum(layer.time_s(False, selective) for layer in self.profile(shape).layers)
+            self._model_time[key] = sum(layer.time_s(base) for layer in self.profile(shape).layers)
         return self._model_time[key]
 
     def selective_changes_nothing(self, shape: ProfileShape) -> bool:
         """With fused attention there is no score tensor to drop: selective recompute is a no-op."""
         if shape not in self._selective_noop:
-            self._selective_noop[shape] = self.model_time_s(shape, True) == self.model_time_s(shape, False) and all(
+            self._selective_noop[shape] = self.model_time_s(shape, Recompute.SELECTIVE) == self.model_time_s(shape, Recompute.NONE) and all(
                 layer.selective_activation_bytes == layer.activation_bytes for layer in self.profile(shape).layers
             )
         return self._selective_noop[shape]
@@ -232,10 +233,10 @@ class Profiles:
             self._message[shape] = blocks[0].output_bytes if blocks else 0
         return self._message[shape]
 
-    def rows(self, shape: ProfileShape, selective: bool) -> tuple:
-        key = (shape, selective)
+    def rows(self, shape: ProfileShape, base: Recompute) -> tuple:
+        key = (shape, base)
         if key not in self._rows:
-            self._rows[key] = layer_rows(self.profile(shape), selective)
+            self._rows[key] = layer_rows(self.profile(shape), base)
         return self._rows[key]
 
 
@@ -250,8 +251,7 @@ def step_lower_bound_s(run: SearchRun, shape: Shape) -> float:
     forward + backward + TP time (no full recompute) over pp, the 1F1B schedule runs
     m + (p - 1)/v of the slowest stage, and the pipeline's p2p sends are on the critical path."""
     request = run.request
-    selective = shape.base_recompute is Recompute.SELECTIVE
-    per_micro_batch = run.profiles.model_time_s(shape.profile_shape, selective) / shape.pp_size
+    per_micro_batch = run.profiles.model_time_s(shape.profile_shape, shape.base_recompute) / shape.pp_size
     m = micro_batch_count(request.training.global_batch_size, shape.dp_size, shape.micro_batch_size)
     comm = 0.0
     if shape.pp_size > 1:
@@ -278,6 +278,6 @@ def count_step_lower_bound_s(run: SearchRun, num_gpus: int) -> float:
             if mb > MICRO_BATCH_CHOICES_MAX or not request.constraints.admits("micro_batch_size", mb):
                 continue
             for sp in (False, True) if tp > 1 else (False,):
-                per_sample = run.profiles.model_time_s(ProfileShape(tp, mb, sp), False) * tp / mb
+                per_sample = run.profiles.model_time_s(ProfileShape(tp, mb, sp), Recompute.NONE) * tp / mb
                 best_s = min(best_s, training.global_batch_size * per_sample / num_gpus)
     return best_s
