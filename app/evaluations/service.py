@@ -10,11 +10,11 @@ from app.catalog.service import resolve
 from app.core.problems import from_spec_error, invalid_field
 from app.evaluations.schemas import EvaluationRequest, Training
 from app.profiles.service import measured_profile
-from solver.spec.errors import SpecError
 from solver.cost.evaluate import evaluate
-from solver.spec.training import TrainingSpec
+from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
 from solver.spec.parallel import parallel_from_dict
+from solver.spec.training import TrainingSpec
 
 
 def training_spec(training: Training) -> TrainingSpec:

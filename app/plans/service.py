@@ -26,10 +26,10 @@ from app.plans.models import Plan, PlanCandidate
 from app.plans.schemas import PlanRequest
 from app.plans.worker import run_search
 from app.profiles.service import measured_profile
-from solver.spec.errors import SpecError
 from solver.cost.profile import ModelProfile
 from solver.io.profile_format import profile_document
 from solver.search.request import Constraints, Objective, SearchRequest
+from solver.spec.errors import SpecError
 
 MAX_PAGE_SIZE = 100
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from solver.spec.errors import SpecError
 from solver.search.request import SearchRequest
+from solver.spec.errors import SpecError
 
 
 def run_search(request: SearchRequest) -> dict[str, Any]:

@@ -17,9 +17,9 @@ from app.core.pagination import decode_cursor, encode_cursor
 from app.core.problems import Problem, from_spec_error, invalid_field, not_found
 from app.profiles import repository
 from app.profiles.models import Profile
+from solver.io.profile_format import ProfileDocument, parse_profile_document, profile_document
 from solver.spec.errors import SpecError
 from solver.spec.model import ModelSpec
-from solver.io.profile_format import ProfileDocument, parse_profile_document, profile_document
 
 MAX_PAGE_SIZE = 100
 
