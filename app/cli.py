@@ -1,16 +1,15 @@
 """The ``partitura`` command: serve the API, migrate the database, and answer plan, evaluation
 and catalog questions without a server (the same JSON in and out as the API).
 
-Other packages add subcommands through a ``register(subparsers)`` function (``profiler.cli``
-adds ``profile`` and ``calibrate`` when it is installed); a subcommand parser sets
-``handler=callable(args) -> exit code`` with ``set_defaults``.
+The profiler's commands (``profile``, ``compare-profile``, ``calibrate``, ``import-pipedream``)
+are added by ``profiler.cli.register``; their parsers set ``handler=callable(args) -> exit code``
+with ``set_defaults`` (torch is imported only when one of them runs).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import os
 import sys
@@ -26,8 +25,8 @@ from sqlalchemy.orm import Session
 
 from app.core.config import Settings, SettingsError
 from app.core.problems import Problem, validation_errors
+from profiler.cli import register as register_profiler_commands
 
-OPTIONAL_COMMAND_MODULES = ("profiler.cli",)
 EXIT_INVALID_INPUT = 2
 EXIT_FAILURE = 1
 
@@ -137,19 +136,6 @@ def _command_catalog(args: argparse.Namespace, settings: Settings, out: IO[str])
     return 0
 
 
-def _register_optional_commands(subparsers: argparse._SubParsersAction) -> None:
-    for module_name in OPTIONAL_COMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as missing:
-            if missing.name and module_name.startswith(missing.name):
-                continue
-            raise
-        register = getattr(module, "register", None)
-        if register is not None:
-            register(subparsers)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="partitura", description="Plan hybrid-parallel transformer training.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -186,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     catalog.add_argument("--db", action="store_true", help="include custom entries from DATABASE_URL")
     catalog.set_defaults(action=_command_catalog)
 
-    _register_optional_commands(commands)
+    register_profiler_commands(commands)
     return parser
 
 

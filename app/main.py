@@ -3,8 +3,6 @@ database and the solver pool. ``partitura serve`` runs it with uvicorn."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -23,27 +21,16 @@ from app.core.versions import current_versions
 from app.evaluations.router import router as evaluations_router
 from app.health.router import router as health_router
 from app.plans.router import router as plans_router
+from app.profiles.router import router as profiles_router
 
 DESCRIPTION = """Partitura plans how to split transformer training over a GPU cluster: data,
 tensor and pipeline parallel degrees, ZeRO stage, micro-batch size and recomputation.
 `POST /v1/evaluations` predicts one configuration; `POST /v1/plans` searches for the best ones.
 Errors are RFC 9457 problem documents."""
 
-OPTIONAL_ROUTERS = ("app.profiles.router",)  # added by other modules when they exist
-
 
 def _operation_id(route: APIRoute) -> str:
     return route.operation_id or route.name
-
-
-def _include_optional_routers(app: FastAPI) -> None:
-    for module_name in OPTIONAL_ROUTERS:
-        try:
-            found = importlib.util.find_spec(module_name) is not None
-        except ModuleNotFoundError:
-            found = False
-        if found:
-            app.include_router(importlib.import_module(module_name).router)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -85,7 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(evaluations_router)
     app.include_router(catalog_router)
     app.include_router(health_router)
-    _include_optional_routers(app)
+    app.include_router(profiles_router)
 
     @app.middleware("http")
     async def record_latency(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:

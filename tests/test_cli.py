@@ -6,13 +6,13 @@ import io
 import json
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
 
 from app import cli
 from app.core.migrate import head_revision
+from profiler import cli as profiler_cli
 
 EVALUATION = {
     "model": "gpt3-1.3b",
@@ -93,17 +93,11 @@ def test_bad_settings_are_reported(tmp_path):
     assert code == 1 and "PARTITURA_SOLVER_WORKERS" in err
 
 
-def test_other_packages_register_subcommands(monkeypatch):
-    fake = types.ModuleType("profiler.cli")
-
-    def register(subparsers):
-        command = subparsers.add_parser("fake-profile")
-        command.add_argument("--layers", type=int, default=1)
-        command.set_defaults(handler=lambda args: 40 + args.layers)
-
-    fake.register = register
-    monkeypatch.setitem(sys.modules, "profiler.cli", fake)
-    assert run(["fake-profile", "--layers", "2"])[0] == 42
+def test_the_profiler_commands_are_registered_and_answer_with_their_handler(monkeypatch):
+    for command in ("profile", "compare-profile", "calibrate", "import-pipedream"):
+        assert command in cli.build_parser().format_help()
+    monkeypatch.setattr(profiler_cli, "run_compare", lambda args: 40 + len(args.cluster))
+    assert run(["compare-profile", "measured.json", "--cluster", "ab"])[0] == 42
 
 
 def test_installed_console_script():
