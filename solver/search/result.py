@@ -10,6 +10,11 @@ from solver.spec.parallel import ParallelConfig, parallel_to_dict
 from solver.spec.rules import Rule
 
 
+def _json_with_parallel(result: Any) -> dict:
+    """A result dataclass's fields in order, its ``parallel`` in the API's dict form."""
+    return {f.name: getattr(result, f.name) for f in fields(result)} | {"parallel": parallel_to_dict(result.parallel)}
+
+
 class _ByKey:
     """A result dataclass whose fields also read as items, by their JSON keys."""
 
@@ -73,7 +78,7 @@ class MemoryMiss(_ByKey):
     fits: bool
 
     def to_dict(self) -> dict:
-        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "parallel": parallel_to_dict(self.parallel)}
+        return _json_with_parallel(self)
 
 
 @dataclass(frozen=True)
@@ -86,7 +91,7 @@ class DeadlineMiss(_ByKey):
     parallel: ParallelConfig
 
     def to_dict(self) -> dict:
-        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "parallel": parallel_to_dict(self.parallel)}
+        return _json_with_parallel(self)
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,7 @@ class Suggestion(_ByKey):
     peak_gib: float
 
     def to_dict(self) -> dict:
-        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "parallel": parallel_to_dict(self.parallel)}
+        return _json_with_parallel(self)
 
 
 @dataclass(frozen=True)
