@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -17,10 +20,23 @@ from app.plans.repository import count_by_status
 router = APIRouter(tags=["operations"])
 
 
+class Liveness(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["ready"]
+    database_revision: str
+
+
 @router.get("/healthz", operation_id="check_liveness")
-def healthz() -> dict[str, str]:
+def healthz() -> Liveness:
     """The process answers (no dependency is checked)."""
-    return {"status": "ok"}
+    return Liveness(status="ok")
 
 
 @router.get(
@@ -28,7 +44,7 @@ def healthz() -> dict[str, str]:
     operation_id="check_readiness",
     responses={503: {"model": ProblemDocument, "description": "Database unreachable or not migrated"}},
 )
-def readyz(request: Request, session: SessionDep) -> dict[str, str]:
+def readyz(request: Request, session: SessionDep) -> Readiness:
     """The database answers and its schema is at the migrations' head."""
     head = request.app.state.migration_head
     try:
@@ -42,7 +58,7 @@ def readyz(request: Request, session: SessionDep) -> dict[str, str]:
             503, "Not ready", f"database schema at revision {current}, migrations head is {head}; run `partitura db upgrade`",
             slug="not-ready",
         )
-    return {"status": "ready", "database_revision": current}
+    return Readiness(status="ready", database_revision=current)
 
 
 @router.get("/metrics", operation_id="get_metrics", response_class=Response)
