@@ -17,17 +17,17 @@ from app.core.config import Settings
 from app.core.db import utc_now
 from app.core.metrics import Metrics
 from app.core.pagination import decode_cursor, encode_cursor
-from app.core.problems import Problem, from_spec_error, invalid_field, not_found
+from app.core.problems import Problem, from_spec_error, not_found
 from app.core.solver_pool import SolverPool, SolverSaturated, SolverUnavailable
 from app.core.versions import Versions
 from app.evaluations.service import check_num_gpus, training_spec
 from app.plans import repository
 from app.plans.models import Plan, PlanCandidate
 from app.plans.schemas import PlanRequest
-from app.plans.worker import run_search
 from app.profiles.service import measured_profile
 from solver.cost.profile import ModelProfile
 from solver.io.profile_format import profile_document
+from solver.search.loop import search
 from solver.search.request import Constraints, Objective, SearchRequest
 from solver.spec.errors import SpecError
 
@@ -139,9 +139,11 @@ def plan_document(plan: Plan) -> dict[str, Any]:
 
 
 def _solve(pool: SolverPool, metrics: Metrics, settings: Settings, search_request: SearchRequest) -> dict[str, Any]:
+    """Search in the solver pool. A SpecError raised by the search crosses the pool as itself
+    and is answered as a 422 naming the field."""
     started_s = time.perf_counter()
     try:
-        outcome = pool.run(run_search, search_request, timeout_s=search_request.time_budget_s + settings.solver_grace_s)
+        result = pool.run(search, search_request, timeout_s=search_request.time_budget_s + settings.solver_grace_s)
     except SolverSaturated as busy:
         metrics.solver_rejections.inc()
         raise Problem(
@@ -154,13 +156,11 @@ def _solve(pool: SolverPool, metrics: Metrics, settings: Settings, search_reques
             503, "Solver unavailable", str(error), slug="solver-unavailable",
             headers={"Retry-After": str(settings.retry_after_s)},
         ) from None
-    if "spec_error" in outcome:
+    except SpecError as error:
         metrics.solve_duration_s.labels(outcome="invalid").observe(time.perf_counter() - started_s)
-        error = outcome["spec_error"]
-        raise invalid_field(f"body.{error['field']}", error["reason"])
-    result = outcome["result"]
-    metrics.solve_duration_s.labels(outcome=result["status"]).observe(time.perf_counter() - started_s)
-    return result
+        raise from_spec_error(error, "body") from None
+    metrics.solve_duration_s.labels(outcome=result.status).observe(time.perf_counter() - started_s)
+    return result.to_dict()
 
 
 def create_plan(
