@@ -8,12 +8,12 @@ from app.catalog import service
 from app.catalog.schemas import (
     ClusterEntry,
     ClusterList,
-    ClusterSpec,
+    ClusterSpecIn,
     GpuEntry,
     GpuList,
     ModelEntry,
     ModelList,
-    ModelSpec,
+    ModelSpecIn,
 )
 from app.core.deps import SessionDep
 from app.core.openapi import PROBLEM_RESPONSES
@@ -44,7 +44,7 @@ def get_model(name: str, session: SessionDep) -> dict:
 @router.post(
     "/models", operation_id="create_model", response_model=ModelEntry, status_code=status.HTTP_201_CREATED
 )
-def create_model(body: ModelSpec, response: Response, session: SessionDep) -> dict:
+def create_model(body: ModelSpecIn, response: Response, session: SessionDep) -> dict:
     entry = service.create_custom(session, "models", body)
     session.commit()
     response.headers["Location"] = f"/v1/catalog/models/{entry['name']}"
@@ -71,7 +71,7 @@ def get_cluster(name: str, session: SessionDep) -> dict:
 @router.post(
     "/clusters", operation_id="create_cluster", response_model=ClusterEntry, status_code=status.HTTP_201_CREATED
 )
-def create_cluster(body: ClusterSpec, response: Response, session: SessionDep) -> dict:
+def create_cluster(body: ClusterSpecIn, response: Response, session: SessionDep) -> dict:
     entry = service.create_custom(session, "clusters", body)
     session.commit()
     response.headers["Location"] = f"/v1/catalog/clusters/{entry['name']}"

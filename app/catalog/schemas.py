@@ -45,11 +45,11 @@ GPU_EXAMPLE = {
 }
 
 
-class ModelSpec(BaseModel):
+class ModelSpecIn(BaseModel):
     """A transformer's shape. ``num_kv_heads`` defaults to ``num_attention_heads`` (no GQA),
     ``ffn_hidden_size`` to 4 x ``hidden_size``."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [GPT3_1_3B_EXAMPLE]})
+    model_config = ConfigDict(extra="forbid", title="ModelSpec", json_schema_extra={"examples": [GPT3_1_3B_EXAMPLE]})
 
     name: EntryName
     # At most 1024 layers (published models have under 200): keeps one search within seconds.
@@ -66,10 +66,10 @@ class ModelSpec(BaseModel):
     position_embedding: Literal["learned", "none"] = "learned"
 
 
-class GpuSpec(BaseModel):
+class GpuSpecIn(BaseModel):
     """An accelerator: dense tensor-core peaks per precision, memory, HBM bandwidth (decimal GB/s)."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [GPU_EXAMPLE]})
+    model_config = ConfigDict(extra="forbid", title="GpuSpec", json_schema_extra={"examples": [GPU_EXAMPLE]})
 
     name: EntryName
     peak_tflops: dict[PrecisionName, PositiveFloat] = Field(min_length=1)
@@ -79,13 +79,13 @@ class GpuSpec(BaseModel):
     hbm_efficiency: Fraction | None = None
 
 
-class ClusterSpec(BaseModel):
+class ClusterSpecIn(BaseModel):
     """A homogeneous cluster. Bandwidths are per GPU, one direction, decimal GB/s."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [CLUSTER_EXAMPLE]})
+    model_config = ConfigDict(extra="forbid", title="ClusterSpec", json_schema_extra={"examples": [CLUSTER_EXAMPLE]})
 
     name: EntryName
-    gpu: str | GpuSpec = Field(description="a catalog GPU name or an inline GPU spec")
+    gpu: str | GpuSpecIn = Field(description="a catalog GPU name or an inline GPU spec")
     gpus_per_node: Size
     num_nodes: Size
     intra_node_gbytes_per_s: PositiveFloat
@@ -97,7 +97,7 @@ class ClusterSpec(BaseModel):
     gpu_hour_price_usd: NonNegativeFloat | None = None
 
 
-class GpuEntry(GpuSpec):
+class GpuEntry(GpuSpecIn):
     """A catalog GPU: its spec, where each number comes from, and whether it is built in."""
 
     model_config = ConfigDict(extra="allow")
@@ -108,7 +108,7 @@ class GpuEntry(GpuSpec):
     builtin: bool
 
 
-class ModelEntry(ModelSpec):
+class ModelEntry(ModelSpecIn):
     """A catalog model: its spec, its source, and whether it is built in (else custom)."""
 
     model_config = ConfigDict(extra="allow")
@@ -119,7 +119,7 @@ class ModelEntry(ModelSpec):
     builtin: bool
 
 
-class ClusterEntry(ClusterSpec):
+class ClusterEntry(ClusterSpecIn):
     """A catalog cluster: its spec, its sources, and whether it is built in (else custom)."""
 
     model_config = ConfigDict(extra="allow")

@@ -13,9 +13,7 @@ from sqlalchemy.orm import Session
 import catalog
 from app.catalog import repository
 from app.catalog.models import CustomCluster, CustomModel
-from app.catalog.schemas import ClusterSpec as ClusterSpecIn
-from app.catalog.schemas import ModelSpec as ModelSpecIn
-from app.catalog.schemas import entry_dict
+from app.catalog.schemas import ClusterSpecIn, ModelSpecIn, entry_dict
 from app.core.db import utc_now
 from app.core.problems import Problem, from_spec_error, invalid_field, not_found
 from solver.spec.errors import SpecError

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.catalog.schemas import ClusterSpec, ModelSpec
+from app.catalog.schemas import ClusterSpecIn, ModelSpecIn
 from app.core.types import NonNegativeInt, PositiveFloat, PositiveInt, Size
 
 
@@ -83,8 +83,8 @@ class EvaluationRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [EVALUATION_EXAMPLE]})
 
-    model: str | ModelSpec
-    cluster: str | ClusterSpec
+    model: str | ModelSpecIn
+    cluster: str | ClusterSpecIn
     num_gpus: PositiveInt | None = None
     training: Training
     parallel: Parallel

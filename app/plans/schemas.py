@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.catalog.schemas import ClusterSpec, ModelSpec
+from app.catalog.schemas import ClusterSpecIn, ModelSpecIn
 from app.core.types import Fraction, NonNegativeFloat, PositiveFloat, PositiveInt
 from app.evaluations.schemas import Memory, Prediction, Training
 
@@ -27,12 +27,13 @@ class IntRange(BaseModel):
 IntRule = StrictInt | list[StrictInt] | IntRange
 
 
-class Constraints(BaseModel):
+class ConstraintsIn(BaseModel):
     """Pins and bounds on the search. Each dimension takes a value, a list of allowed values, or
     (integers) a ``{"min", "max"}`` range."""
 
     model_config = ConfigDict(
         extra="forbid",
+        title="Constraints",
         json_schema_extra={
             "examples": [
                 {
@@ -77,12 +78,12 @@ class PlanRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [PLAN_EXAMPLE]})
 
-    model: str | ModelSpec
-    cluster: str | ClusterSpec
+    model: str | ModelSpecIn
+    cluster: str | ClusterSpecIn
     num_gpus: PositiveInt | None = None
     training: Training
     objective: Literal["max_throughput", "min_time_to_train", "min_cost", "min_gpus"] = "max_throughput"
-    constraints: Constraints = Field(default_factory=Constraints)
+    constraints: ConstraintsIn = Field(default_factory=ConstraintsIn)
     top_k: Annotated[int, Field(strict=True, ge=1, le=50)] = 5
     deadline_s: PositiveFloat | None = Field(None, description="for min_gpus: the time to train to meet")
     gpu_hour_price_usd: NonNegativeFloat | None = Field(None, description="for min_cost; overrides the cluster's price")
