@@ -121,7 +121,7 @@ def _command_evaluate(args: argparse.Namespace, settings: Settings, out: IO[str]
 
     body = _parse(EvaluationRequest, _read_body(args.file, stdin))
     with _database(settings, args.db) as (_settings, session):
-        _write_json(out, evaluate_configuration(session, body))
+        _write_json(out, evaluate_configuration(session, body).model_dump(mode="json"))
     return 0
 
 

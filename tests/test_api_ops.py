@@ -83,6 +83,7 @@ def test_openapi_has_clean_operation_ids_tags_and_examples(api):
     # name the generated SDK's classes.
     for name, title in (
         ("ConstraintsIn", "Constraints"), ("ModelSpecIn", "ModelSpec"), ("ClusterSpecIn", "ClusterSpec"), ("GpuSpecIn", "GpuSpec"),
+        ("EvaluationOut", "Evaluation"), ("PredictionOut", "Prediction"), ("StepBreakdownOut", "StepBreakdown"),
     ):
         assert schemas[name]["title"] == title
     assert {"200", "201", "422", "503"} <= set(operations["create_plan"][2]["responses"])

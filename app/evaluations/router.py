@@ -7,12 +7,12 @@ from fastapi import APIRouter
 from app.core.deps import SessionDep
 from app.core.openapi import PROBLEM_RESPONSES
 from app.evaluations import service
-from app.evaluations.schemas import Evaluation, EvaluationRequest
+from app.evaluations.schemas import EvaluationOut, EvaluationRequest
 
 router = APIRouter(prefix="/v1/evaluations", tags=["evaluations"], responses=PROBLEM_RESPONSES)
 
 
-@router.post("", operation_id="evaluate_configuration", response_model=Evaluation)
-def evaluate_configuration(body: EvaluationRequest, session: SessionDep) -> dict:
+@router.post("", operation_id="evaluate_configuration", response_model=EvaluationOut)
+def evaluate_configuration(body: EvaluationRequest, session: SessionDep) -> EvaluationOut:
     """Predict step time, throughput, MFU and memory of one parallel configuration."""
     return service.evaluate_configuration(session, body)

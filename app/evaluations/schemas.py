@@ -1,8 +1,9 @@
-"""Schemas of /v1/evaluations, and the training and parallel settings plans share."""
+"""Schemas of /v1/evaluations, and the training and parallel settings and the cost model's
+verdict that plans share."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -93,36 +94,100 @@ class EvaluationRequest(BaseModel):
     )
 
 
-class Prediction(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class StepBreakdownOut(BaseModel):
+    """Where the step time goes, seconds (on the slowest stage where that is what counts)."""
 
-    step_time_s: float
-    tokens_per_s: float
-    model_tflops_per_gpu: float
-    hardware_tflops_per_gpu: float
-    mfu: float
-    hfu: float
-    time_to_train_s: float | None = None
-    breakdown_s: dict[str, float]
+    model_config = ConfigDict(extra="forbid", title="StepBreakdown")
+
+    compute_s: float = Field(description="forward + backward of all micro-batches on the slowest stage")
+    recompute_s: float = Field(description="extra forward work of activation recomputation")
+    tp_comm_s: float = Field(description="tensor / sequence parallel collectives")
+    pp_comm_s: float = Field(description="pipeline point-to-point sends on the critical path")
+    dp_comm_exposed_s: float = Field(description="data-parallel gradient sync and ZeRO gathers not hidden by compute")
+    grad_accumulation_s: float = Field(description="adding each micro-batch's gradients into the fp32 buffer")
+    bubble_s: float = Field(description="pipeline fill and drain")
+    optimizer_s: float = Field(description="optimizer step over the local shard")
+
+
+class MemoryBreakdown(BaseModel):
+    """Memory of one GPU by kind, GiB."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    weights: float = Field(description="16-bit weights held, GiB")
+    gradients: float = Field(description="gradients held, GiB")
+    optimizer_states: float = Field(description="optimizer states held (ZeRO shards them), GiB")
+    activations: float = Field(description="activations kept for backward, in-flight micro-batches included, GiB")
+    embedding_and_logits: float = Field(description="embedding output and logits, GiB")
+    zero3_gather_buffers: float = Field(description="ZeRO-3 gathered-weight buffers, GiB")
+    reserve: float = Field(description="runtime reserve and allocator fragmentation, GiB")
+
+
+class PredictionOut(BaseModel):
+    """Predicted speed of one configuration."""
+
+    model_config = ConfigDict(extra="forbid", title="Prediction")
+
+    step_time_s: float = Field(description="one optimizer step")
+    tokens_per_s: float = Field(description="training throughput of the whole job")
+    samples_per_s: float = Field(description="sequences per second of the whole job")
+    model_tflops_per_gpu: float = Field(description="useful model FLOPs per GPU, TFLOP/s")
+    hardware_tflops_per_gpu: float = Field(description="executed FLOPs per GPU (recomputation included), TFLOP/s")
+    mfu: float = Field(description="model FLOPs utilisation, a fraction of the peak")
+    hfu: float = Field(description="hardware FLOPs utilisation, a fraction of the peak")
+    time_to_train_s: float | None = Field(description="time to train on train_tokens; null without train_tokens")
+    breakdown_s: StepBreakdownOut
+
+
+class StagePeak(BaseModel):
+    """One pipeline stage's peak memory per GPU."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stage: int
+    peak_gib: float
 
 
 class Memory(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    """Memory per GPU: the peak stage's breakdown and every stage's peak."""
 
+    model_config = ConfigDict(extra="forbid")
+
+    peak_gib: float = Field(description="the largest stage's memory per GPU, GiB")
+    capacity_gib: float = Field(description="the GPU's memory, GiB")
+    peak_stage: int = Field(description="the stage with the peak")
+    breakdown_gib: MemoryBreakdown = Field(description="the peak stage's memory by kind")
+    per_stage: list[StagePeak]
+
+
+class PipelineStage(BaseModel):
+    """One pipeline stage, seen from one of its GPUs (all of its chunks when interleaved)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stage: int
+    num_layers: int
+    layers: list[int] = Field(description="transformer layer indices on this GPU, in order")
+    full_recompute_layers: list[int] = Field(description="the layers of this stage that are fully recomputed")
+    has_embedding: bool
+    has_head: bool
+    time_per_micro_batch_s: float = Field(description="forward + backward (+ recompute) + TP communication, all chunks")
+    in_flight_micro_batches: float = Field(description="micro-batches whose activations the stage holds at its peak")
+    parameter_count: int = Field(description="parameters on this GPU")
     peak_gib: float
-    capacity_gib: float
-    breakdown_gib: dict[str, float]
-    per_stage: list[dict[str, Any]]
+    breakdown_gib: MemoryBreakdown
 
 
-class Evaluation(BaseModel):
-    """The cost model's verdict. ``prediction`` is null only for a configuration that is not
-    even legal (the violations say why)."""
+class EvaluationOut(BaseModel):
+    """The cost model's verdict on a legal configuration (an illegal one is a 422): its
+    prediction, its memory and, when it does not fit or cannot run, the violations."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid", title="Evaluation")
 
     feasible: bool
-    violations: list[str]
-    prediction: Prediction | None
+    violations: list[str] = Field(description="why it does not fit or cannot run, one rule each")
+    prediction: PredictionOut
     memory: Memory
-    stages: list[dict[str, Any]] = Field(default_factory=list)
+    stages: list[PipelineStage]
+    num_micro_batches: int = Field(description="micro-batches per step on each data-parallel rank")
+    profile_origins: dict[str, str] = Field(description="layer name -> measured, derived or analytic")

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy.orm import Session
 
 from app.catalog.service import resolve
 from app.core.problems import from_spec_error, invalid_field
-from app.evaluations.schemas import EvaluationRequest, Training
+from app.evaluations.schemas import EvaluationOut, EvaluationRequest, Training
 from app.profiles.service import measured_profile
 from solver.cost.evaluate import evaluate
 from solver.spec.errors import SpecError
@@ -44,7 +42,7 @@ def check_num_gpus(num_gpus: int | None, cluster: ClusterSpec) -> int:
     return num_gpus
 
 
-def evaluate_configuration(session: Session, body: EvaluationRequest) -> dict[str, Any]:
+def evaluate_configuration(session: Session, body: EvaluationRequest) -> EvaluationOut:
     resolved = resolve(session, body.model, body.cluster)
     profile = measured_profile(session, body.profile_id, resolved.model).profile if body.profile_id else None
     # The read is over: release the connection (and SQLite's lock) before computing.
@@ -56,4 +54,4 @@ def evaluate_configuration(session: Session, body: EvaluationRequest) -> dict[st
         result = evaluate(resolved.model, resolved.cluster, training, parallel, num_gpus=num_gpus, profile=profile)
     except SpecError as error:
         raise from_spec_error(error, "body") from None
-    return result.to_dict()
+    return EvaluationOut.model_validate(result.to_dict())

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.catalog.schemas import ClusterSpecIn, ModelSpecIn
 from app.core.types import Fraction, NonNegativeFloat, PositiveFloat, PositiveInt
-from app.evaluations.schemas import Memory, Prediction, Training
+from app.evaluations.schemas import Memory, PredictionOut, Training
 
 StrictInt = Annotated[int, Field(strict=True)]
 RecomputeName = Literal["none", "selective", "full"]
@@ -100,7 +100,7 @@ class Candidate(BaseModel):
 
     rank: int
     parallel: dict[str, Any]
-    prediction: Prediction | None
+    prediction: PredictionOut | None
     memory: Memory
     stages: list[dict[str, Any]] = Field(default_factory=list)
 
