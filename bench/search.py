@@ -143,7 +143,7 @@ def partition_solvers() -> None:
             started = time.perf_counter()
             solution = solver(problem)
             took = time.perf_counter() - started
-            result = f"bottleneck {solution.stage_time_ns / 1e6:.3f} ms, {solution.status}" if solution else "no fit"
+            result = f"bottleneck {solution.stage_time_ns / 1e6:.3f} ms, {solution.status.value}" if solution else "no fit"
             print(f"  {label:17} {name:22} {took:7.3f} s  {result}")
 
 

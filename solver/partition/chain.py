@@ -21,8 +21,10 @@ from __future__ import annotations
 import numpy as np
 
 from solver.partition.problem import (
+    PartitionMethod,
     PartitionProblem,
     PartitionSolution,
+    SolveStatus,
     least_recompute,
     stage_memory_kib,
     stage_time_ns,
@@ -158,4 +160,4 @@ def solve_chain(problem: PartitionProblem, upper_bound_ns: int | None = None) ->
         end = start
     worst_time = max(float(time_ns[s, sum(counts[:s]), sum(counts[: s + 1]) - 1]) for s in range(p))
     worst_state = max(float(stage_state[s, sum(counts[:s]), sum(counts[: s + 1]) - 1]) for s in range(p))
-    return PartitionSolution(tuple(counts), tuple(recompute), int(worst_time), int(worst_state), "chain", "OPTIMAL")
+    return PartitionSolution(tuple(counts), tuple(recompute), int(worst_time), int(worst_state), PartitionMethod.CHAIN, SolveStatus.OPTIMAL)

@@ -22,8 +22,10 @@ from ortools.sat.python import cp_model
 
 from solver.partition.fixed import fixed_partition
 from solver.partition.problem import (
+    PartitionMethod,
     PartitionProblem,
     PartitionSolution,
+    SolveStatus,
     stage_memory_kib,
     stage_time_ns,
 )
@@ -196,7 +198,7 @@ class _PartitionModel:
             return STATUS_NAMES.get(status, str(status)), None
         first_status = status
         bottleneck = int(solver.value(self.bottleneck_ns))
-        first = self._extract(solver, STATUS_NAMES[status])
+        first = self._extract(solver, SolveStatus(STATUS_NAMES[status]))
         self.add_hint(first)
         self.model.add(self.bottleneck_ns <= bottleneck)
         self.model.minimize(self.max_state_kib)
@@ -204,15 +206,15 @@ class _PartitionModel:
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return STATUS_NAMES[first_status], first
         both_optimal = first_status == cp_model.OPTIMAL and status == cp_model.OPTIMAL
-        return STATUS_NAMES[first_status], self._extract(solver, "OPTIMAL" if both_optimal else "FEASIBLE")
+        return STATUS_NAMES[first_status], self._extract(solver, SolveStatus.OPTIMAL if both_optimal else SolveStatus.FEASIBLE)
 
-    def _extract(self, solver: cp_model.CpSolver, status: str) -> PartitionSolution:
+    def _extract(self, solver: cp_model.CpSolver, status: SolveStatus) -> PartitionSolution:
         p = self.problem.num_stages
         counts = tuple(int(solver.value(self.count[j])) for j in range(p))
         recomputed = tuple(int(solver.value(self.recomputed[j])) for j in range(p))
         time_ns = max(int(solver.value(self.stage_time_ns[j])) for j in range(p))
         state = max(int(solver.value(self.stage_state_kib[j])) for j in range(p))
-        return PartitionSolution(counts, recomputed, time_ns, state, "cpsat", status)
+        return PartitionSolution(counts, recomputed, time_ns, state, PartitionMethod.CPSAT, status)
 
 
 def greedy_partition(problem: PartitionProblem) -> PartitionSolution | None:

@@ -10,8 +10,10 @@ import numpy as np
 
 from solver.partition.problem import (
     INFEASIBLE_NS,
+    PartitionMethod,
     PartitionProblem,
     PartitionSolution,
+    SolveStatus,
     least_recompute,
     stage_memory_kib,
     stage_time_ns,
@@ -98,7 +100,7 @@ def solve_fast(problem: PartitionProblem) -> PartitionSolution | None:
     recompute = tuple(int(recomputed[i, counts[i] - 1]) for i in range(p))
     worst_time = max(int(time_ns[i, counts[i] - 1]) for i in range(p))
     worst_state = max(counts[i] * state + int(extra_state[i]) for i in range(p))
-    return PartitionSolution(tuple(counts), recompute, worst_time, worst_state, "fast", "OPTIMAL")
+    return PartitionSolution(tuple(counts), recompute, worst_time, worst_state, PartitionMethod.FAST, SolveStatus.OPTIMAL)
 
 def _feasible(caps: np.ndarray, layers: int) -> bool:
     return bool(caps.min() >= 1 and caps.sum() >= layers)

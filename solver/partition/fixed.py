@@ -5,8 +5,10 @@ from __future__ import annotations
 from itertools import accumulate
 
 from solver.partition.problem import (
+    PartitionMethod,
     PartitionProblem,
     PartitionSolution,
+    SolveStatus,
     least_recompute,
     stage_memory_kib,
 )
@@ -69,7 +71,7 @@ def fixed_partition(problem: PartitionProblem, chunk_layers: tuple[int, ...]) ->
         for c, k in zip(mine, counts):
             recompute[c] = k
         worst_time, worst_state = max(worst_time, time_ns), max(worst_state, state)
-    return PartitionSolution(tuple(chunk_layers), tuple(recompute), worst_time, worst_state, "fixed", "FIXED")
+    return PartitionSolution(tuple(chunk_layers), tuple(recompute), worst_time, worst_state, PartitionMethod.FIXED, SolveStatus.FIXED)
 
 
 def _least_recompute(problem: PartitionProblem, stage: int, held: int) -> int | None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import Enum
 from functools import cached_property
 from typing import Any
 
@@ -83,6 +84,21 @@ class PartitionProblem:
         return all(not row or row.count(row[0]) == len(row) for row in rows)
 
 
+class PartitionMethod(str, Enum):
+    """Which solver produced a partition."""
+
+    FAST = "fast"  # identical layers, bisection (fast.py)
+    CHAIN = "chain"  # dynamic program over boundaries (chain.py)
+    CPSAT = "cpsat"  # CP-SAT over boundaries (cpsat.py)
+    FIXED = "fixed"  # given layer counts, least recompute (fixed.py)
+
+
+class SolveStatus(str, Enum):
+    OPTIMAL = "OPTIMAL"  # proven optimal
+    FEASIBLE = "FEASIBLE"  # CP-SAT stopped by its time limit with a plan
+    FIXED = "FIXED"  # the layer counts were given
+
+
 @dataclass(frozen=True)
 class PartitionSolution:
     """Layers and recomputed layers per chunk (pipeline order), and the two objective values."""
@@ -91,8 +107,8 @@ class PartitionSolution:
     recompute_layers: tuple[int, ...]  # the first N layers of each chunk are fully recomputed
     stage_time_ns: int  # the slowest stage's time per micro-batch
     max_stage_state_kib: int  # the largest stage's model states (secondary objective)
-    method: str  # "fast", "cpsat" or "fixed" (given layer counts)
-    status: str  # "OPTIMAL", "FEASIBLE" (CP-SAT stopped by its time limit) or "FIXED"
+    method: PartitionMethod
+    status: SolveStatus
 
 
 # --------------------------------------------------------------------------- the stage bound

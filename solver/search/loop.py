@@ -31,7 +31,9 @@ from solver.cost.schedule import pipeline_comm_s, pipeline_slots
 from solver.cost.stage import state_bytes_per_parameter
 from solver.partition.fixed import fixed_partition
 from solver.partition.problem import (
+    PartitionMethod,
     PartitionSolution,
+    SolveStatus,
     allocatable_bytes,
     partition_problem,
     stage_time_lower_bound_s,
@@ -143,17 +145,18 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
     even = uniform_partition(request.model.num_layers, uniform.num_chunks)
     fixed = fixed_partition(problem, even)
     methods = run.stats.partition_methods
-    methods["fixed"] = methods.get("fixed", 0) + 1
+    methods[PartitionMethod.FIXED.value] = methods.get(PartitionMethod.FIXED.value, 0) + 1
     if fixed is not None:
         solutions.append(fixed)
     if shape.virtual_stages == 1 and shape.pp_size > 1:
         best = solve(problem, max(0.5, run.deadline - time.perf_counter()), fixed.stage_time_ns if fixed else None)
         if best is not None:
-            methods[best.method] = methods.get(best.method, 0) + 1
-            if best.method == "cpsat":
+            methods[best.method.value] = methods.get(best.method.value, 0) + 1
+            if best.method is PartitionMethod.CPSAT:
+                status = best.status.value
                 run.stats.cpsat_calls += 1
-                run.stats.cpsat_status[best.status] = run.stats.cpsat_status.get(best.status, 0) + 1
-                run.partitions_exact &= best.status == "OPTIMAL"
+                run.stats.cpsat_status[status] = run.stats.cpsat_status.get(status, 0) + 1
+                run.partitions_exact &= best.status is SolveStatus.OPTIMAL
             if fixed is None or best.stage_layers != fixed.stage_layers:
                 solutions.append(best)
     none_admitted = request.constraints.admits("recompute", Recompute.NONE.value)
