@@ -1,10 +1,16 @@
-"""Request and response schemas of the catalog, and the inline specs plan requests may carry."""
+"""Request and response schemas of the catalog, and the inline specs plan requests may carry.
+
+Requests carry ``*SpecIn`` bodies. Responses show a catalog entry as the catalog holds it: the
+spec, where its numbers come from, and whether it is built in. A ``Stored*Spec`` is a spec as a
+plan stored it (a request's inline spec, or the catalog entry a name resolved to): what it was not
+given is absent, not null.
+"""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import MISSING, BaseModel, ConfigDict, Field
 
 from app.core.types import EntryName, Fraction, NonNegativeFloat, PositiveFloat, Size
 
@@ -97,45 +103,193 @@ class ClusterSpecIn(BaseModel):
     gpu_hour_price_usd: NonNegativeFloat | None = None
 
 
-class GpuEntry(GpuSpecIn):
+# Responses. A field typed ``X | MISSING`` is absent when the entry does not carry it.
+
+
+class PeakTflops(BaseModel):
+    """Dense tensor-core peak per precision, TFLOP/s; a precision the GPU lacks is absent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fp16: float | MISSING = Field(MISSING, description="FP16 peak, TFLOP/s")
+    bf16: float | MISSING = Field(MISSING, description="BF16 peak, TFLOP/s")
+    fp8: float | MISSING = Field(MISSING, description="FP8 peak, TFLOP/s")
+
+
+class GemmEfficiency(BaseModel):
+    """Fraction of the peak a large GEMM reaches, per precision; an absent precision uses bf16's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fp16: float | MISSING = Field(MISSING, description="FP16 large-GEMM efficiency, a fraction of the peak")
+    bf16: float | MISSING = Field(MISSING, description="BF16 large-GEMM efficiency, a fraction of the peak")
+    fp8: float | MISSING = Field(MISSING, description="FP8 large-GEMM efficiency, a fraction of the peak")
+
+
+class GemmSampleOut(BaseModel):
+    """One timed GEMM of a calibration sweep: (m x k) @ (k x n)."""
+
+    model_config = ConfigDict(extra="forbid", title="GemmSample")
+
+    m: int
+    n: int
+    k: int
+    seconds: float = Field(description="time of one GEMM")
+    tflops_per_s: float = Field(description="achieved rate, TFLOP/s")
+
+
+class GemmSweep(BaseModel):
+    """The GEMMs timed per precision; a precision not measured is absent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fp16: list[GemmSampleOut] | MISSING = MISSING
+    bf16: list[GemmSampleOut] | MISSING = MISSING
+    fp8: list[GemmSampleOut] | MISSING = MISSING
+
+
+class GpuCalibration(BaseModel):
+    """What ``partitura calibrate`` measured for a GPU (see ``PARTITURA_CATALOG_OVERRIDES``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    device: str = Field(description="the device as the framework names it")
+    warmup: int = Field(description="untimed runs before each measurement")
+    repeats: int = Field(description="timed runs per measurement")
+    stream_gbytes_per_s: float = Field(description="measured streaming bandwidth, decimal GB/s")
+    gemms: GemmSweep
+    best_fraction_of_peak_fp16: float | MISSING = Field(MISSING, description="fastest FP16 GEMM over the peak")
+    best_fraction_of_peak_bf16: float | MISSING = Field(MISSING, description="fastest BF16 GEMM over the peak")
+    best_fraction_of_peak_fp8: float | MISSING = Field(MISSING, description="fastest FP8 GEMM over the peak")
+
+
+SOURCES_DESCRIPTION = "where each number comes from: field name -> source"
+HBM_EFFICIENCY = "fraction of the HBM bandwidth streaming kernels reach"
+LATENCY_US = "per-step latency of a ring collective, microseconds"
+BUS_EFFICIENCY = "fraction of the link bandwidth a ring collective reaches"
+PRICE = "USD per GPU-hour"
+
+
+def _created_at() -> Any:
+    """A custom entry's ISO 8601 timestamp, answered as the string it was stored as."""
+    return Field(MISSING, description="when a custom entry was added", json_schema_extra={"format": "date-time"})
+
+
+class StoredGpuSpec(BaseModel):
+    """A GPU as a plan stored it: a catalog entry, or the request's inline spec."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    display_name: str | MISSING = MISSING
+    vendor: str | MISSING = MISSING
+    peak_tflops: PeakTflops
+    memory_gib: float = Field(description="memory per GPU, GiB")
+    hbm_gbytes_per_s: float = Field(description="HBM bandwidth, decimal GB/s")
+    gemm_efficiency: GemmEfficiency | MISSING = MISSING
+    hbm_efficiency: float | MISSING = Field(MISSING, description=HBM_EFFICIENCY)
+    gemm_saturation_dim: float | MISSING = Field(
+        MISSING, description="small-GEMM slowdown scale: d / (d + this) per GEMM dimension d (calibrated GPUs)"
+    )
+    num_sms: int | MISSING = Field(MISSING, description="streaming multiprocessors")
+    sources: dict[str, str] | MISSING = Field(MISSING, description=SOURCES_DESCRIPTION)
+    measured: GpuCalibration | MISSING = MISSING
+
+
+class GpuSpecOut(StoredGpuSpec):
+    """A GPU as the catalog shows it: the optional spec fields are null when not given."""
+
+    gemm_efficiency: GemmEfficiency | None = None
+    hbm_efficiency: float | None = Field(None, description=HBM_EFFICIENCY)
+
+
+class GpuEntry(GpuSpecOut):
     """A catalog GPU: its spec, where each number comes from, and whether it is built in."""
 
-    model_config = ConfigDict(extra="allow")
-
-    # Looser than the input spec: the catalog data may list precisions the API does not take yet.
-    peak_tflops: dict[str, float]
-    gemm_efficiency: dict[str, float] | None = None
     builtin: bool
 
 
-class ModelEntry(ModelSpecIn):
+class StoredModelSpec(BaseModel):
+    """A model as a plan or a profile stored it: a catalog entry, or an inline spec."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    display_name: str | MISSING = MISSING
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int | None | MISSING = Field(MISSING, description="key/value heads (GQA); default: num_attention_heads")
+    ffn_hidden_size: int | None | MISSING = Field(MISSING, description="MLP width; default: 4 x hidden_size")
+    vocab_size: int
+    seq_length: int
+    mlp_activation: str
+    tied_embeddings: bool
+    architecture: str
+    position_embedding: str | MISSING = MISSING
+    source: str | MISSING = Field(MISSING, description="where the shape comes from")
+
+
+class ModelEntry(StoredModelSpec):
     """A catalog model: its spec, its source, and whether it is built in (else custom)."""
 
-    model_config = ConfigDict(extra="allow")
-
-    mlp_activation: str
-    architecture: str
+    num_kv_heads: int | None = Field(None, description="key/value heads (GQA); default: num_attention_heads")
+    ffn_hidden_size: int | None = Field(None, description="MLP width; default: 4 x hidden_size")
+    tied_embeddings: bool = True
     position_embedding: str = "learned"
     builtin: bool
+    created_at: str | MISSING = _created_at()
 
 
-class ClusterEntry(ClusterSpecIn):
+class StoredClusterSpec(BaseModel):
+    """A cluster as a plan stored it: a catalog entry, or the request's inline spec."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    gpu: str | StoredGpuSpec = Field(description="a catalog GPU name or an inline GPU spec")
+    gpus_per_node: int
+    num_nodes: int
+    intra_node_gbytes_per_s: float = Field(description="per GPU, one direction, decimal GB/s")
+    inter_node_gbytes_per_s: float = Field(description="per GPU, one direction, decimal GB/s")
+    intra_node_latency_us: float | None | MISSING = Field(MISSING, description=LATENCY_US)
+    inter_node_latency_us: float | None | MISSING = Field(MISSING, description=LATENCY_US)
+    intra_node_bus_efficiency: float | None | MISSING = Field(MISSING, description=BUS_EFFICIENCY)
+    inter_node_bus_efficiency: float | None | MISSING = Field(MISSING, description=BUS_EFFICIENCY)
+    gpu_hour_price_usd: float | None | MISSING = Field(MISSING, description=PRICE)
+    node: str | MISSING = Field(MISSING, description="the catalog node type")
+    source: str | MISSING = Field(MISSING, description="where the cluster comes from")
+    link_sources: dict[str, str] | MISSING = Field(MISSING, description=SOURCES_DESCRIPTION)
+
+
+class ClusterEntry(StoredClusterSpec):
     """A catalog cluster: its spec, its sources, and whether it is built in (else custom)."""
 
-    model_config = ConfigDict(extra="allow")
-
+    gpu: str | GpuSpecOut = Field(description="a catalog GPU name or an inline GPU spec")
+    intra_node_latency_us: float | None = Field(None, description=LATENCY_US)
+    inter_node_latency_us: float | None = Field(None, description=LATENCY_US)
+    intra_node_bus_efficiency: float | None = Field(None, description=BUS_EFFICIENCY)
+    inter_node_bus_efficiency: float | None = Field(None, description=BUS_EFFICIENCY)
+    gpu_hour_price_usd: float | None = Field(None, description=PRICE)
     builtin: bool
+    created_at: str | MISSING = _created_at()
 
 
 class GpuList(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     items: list[GpuEntry]
 
 
 class ModelList(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     items: list[ModelEntry]
 
 
 class ClusterList(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     items: list[ClusterEntry]
 
 

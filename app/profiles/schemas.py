@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.catalog.schemas import StoredModelSpec
+
 # A two-layer model measured on a CPU (shortened from `partitura profile`'s output).
 PROFILE_EXAMPLE: dict[str, Any] = {
     "format": "partitura-profile/1",
@@ -85,8 +87,53 @@ class ProfileDocumentIn(BaseModel):
         return self.model_dump(exclude_unset=True)
 
 
+class ProfileLayerOut(BaseModel):
+    """One layer of a stored profile, with the defaults the planner uses filled in."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    kind: str = Field(description="embedding, transformer or head")
+    forward_s: float
+    backward_s: float
+    selective_recompute_s: float = Field(description="attention-core forward time, seconds (0: not measured)")
+    tp_comm_s: float = Field(description="tensor-parallel communication, seconds")
+    activation_bytes: int = Field(description="bytes kept for backward")
+    selective_activation_bytes: int = Field(description="bytes kept under selective recompute")
+    checkpoint_bytes: int = Field(description="bytes kept under full recompute")
+    output_bytes: int = Field(description="bytes sent to the next layer")
+    parameter_count: int = Field(description="parameters on this GPU")
+    parameter_bytes: int = Field(description="16-bit parameter bytes on this GPU")
+    model_flops: float = Field(description="useful FLOPs of forward + backward (0: unknown)")
+    origin: str = Field(description="measured, derived or analytic")
+
+
+class ProfileDocumentOut(BaseModel):
+    """A stored ``partitura-profile/1`` document, normalised: every default spelled out."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: str = Field(description='"partitura-profile/1"')
+    model: StoredModelSpec
+    device: str = Field(description="the device as the framework names it")
+    precision: str
+    micro_batch_size: int
+    seq_length: int
+    tp_size: int = Field(description="tensor-parallel size whose one-GPU share was measured")
+    sequence_parallel: bool
+    flash_attention: bool
+    source: str = Field(description="what produced the document (free text)")
+    measurement: dict[str, bool | int | float | str] = Field(
+        description="how it was measured: plain values (warmup, repeats, timer, ...)"
+    )
+    notes: list[str]
+    layers: list[ProfileLayerOut] = Field(description="embedding, transformer layers, head")
+
+
 class ProfileSummary(BaseModel):
     """What a profile was measured on and at; ``num_layers`` counts transformer layers."""
+
+    model_config = ConfigDict(extra="forbid")
 
     id: str
     created_at: datetime
@@ -102,9 +149,11 @@ class ProfileSummary(BaseModel):
 class Profile(ProfileSummary):
     """A stored profile with its normalised document (defaults filled in)."""
 
-    document: dict[str, Any]
+    document: ProfileDocumentOut
 
 
 class ProfileList(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     items: list[ProfileSummary]
     next_cursor: str | None = None
