@@ -111,7 +111,7 @@ def _command_plan(args: argparse.Namespace, settings: Settings, out: IO[str], st
             session.commit()
     finally:
         pool.shutdown()
-    _write_json(out, outcome.document)
+    _write_json(out, outcome.document.model_dump())
     return 0
 
 

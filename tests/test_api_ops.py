@@ -84,6 +84,8 @@ def test_openapi_has_clean_operation_ids_tags_and_examples(api):
     for name, title in (
         ("ConstraintsIn", "Constraints"), ("ModelSpecIn", "ModelSpec"), ("ClusterSpecIn", "ClusterSpec"), ("GpuSpecIn", "GpuSpec"),
         ("EvaluationOut", "Evaluation"), ("PredictionOut", "Prediction"), ("StepBreakdownOut", "StepBreakdown"),
+        ("CandidateOut", "Candidate"), ("ExplanationOut", "Explanation"), ("MemoryMissOut", "MemoryMiss"),
+        ("DeadlineMissOut", "DeadlineMiss"), ("SuggestionOut", "Suggestion"),
     ):
         assert schemas[name]["title"] == title
     assert {"200", "201", "422", "503"} <= set(operations["create_plan"][2]["responses"])

@@ -230,7 +230,7 @@ def test_a_request_racing_an_uncommitted_identical_one_returns_the_winner(api, l
         racer.join(timeout=120)
         second_session.commit()
         assert outcome["second"].created is False
-        assert outcome["second"].document["id"] == first.document["id"]
+        assert outcome["second"].document.id == first.document.id
     finally:
         first_session.close()
         second_session.close()

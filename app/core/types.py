@@ -1,8 +1,9 @@
-"""Field types shared by request schemas: strict JSON numbers with bounds that keep the solver sane."""
+"""Field types shared by request schemas: strict JSON numbers with bounds that keep the solver sane,
+and the default of an optional field."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -15,3 +16,14 @@ PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
 EntryName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+
+
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+def not_given(description: str | None = None) -> Any:
+    """The default of an optional request field whose null means "not given". A dump leaves the
+    field out, so a stored request (dumped with ``exclude_none``) reads back through the same
+    model and is answered exactly as it was stored, without nulls it never had."""
+    return Field(None, description=description, exclude_if=_is_none)

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.catalog.schemas import ClusterSpecIn, ModelSpecIn
-from app.core.types import NonNegativeInt, PositiveFloat, PositiveInt, Size
+from app.core.types import NonNegativeInt, PositiveFloat, PositiveInt, Size, not_given
 
 
 class Training(BaseModel):
@@ -27,7 +27,7 @@ class Training(BaseModel):
     seq_length: Size
     precision: Literal["fp16", "bf16", "fp8"] = "bf16"
     optimizer: Literal["adam", "sgd"] = "adam"
-    train_tokens: PositiveFloat | None = None
+    train_tokens: PositiveFloat | None = not_given()
     flash_attention: bool = True
     # False: the framework reduces data-parallel gradients only after the backward pass ends
     # (Megatron-LM's local DDP, DeepSpeed's pipeline engine) instead of overlapping them with it.

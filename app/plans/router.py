@@ -32,12 +32,12 @@ def create_plan(
     pool: SolverPoolDep,
     metrics: MetricsDep,
     settings: SettingsDep,
-) -> dict:
+) -> Plan:
     """Search for the best parallel configurations. An infeasible request is a result (status
     "infeasible" with an explanation), not an error."""
     outcome = service.create_plan(session, pool, metrics, settings, request.app.state.versions, body)
     session.commit()
-    response.headers["Location"] = f"/v1/plans/{outcome.document['id']}"
+    response.headers["Location"] = f"/v1/plans/{outcome.document.id}"
     if not outcome.created:
         response.status_code = status.HTTP_200_OK
     return outcome.document
@@ -53,13 +53,13 @@ def list_plans(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=service.MAX_PAGE_SIZE)] = 20,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
-) -> dict:
+) -> PlanList:
     """Plans, newest first, a page at a time."""
     return service.list_plans(session, limit, cursor, model, cluster, plan_status)
 
 
 @router.get("/{plan_id}", operation_id="get_plan", response_model=Plan)
-def get_plan(plan_id: str, session: SessionDep) -> dict:
+def get_plan(plan_id: str, session: SessionDep) -> Plan:
     return service.get_plan(session, plan_id)
 
 

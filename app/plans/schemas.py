@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import MISSING, BaseModel, ConfigDict, Field
 
-from app.catalog.schemas import ClusterSpecIn, ModelSpecIn
-from app.core.types import Fraction, NonNegativeFloat, PositiveFloat, PositiveInt
-from app.evaluations.schemas import Memory, PredictionOut, Training
+from app.catalog.schemas import (
+    ClusterSpecIn,
+    ModelSpecIn,
+    StoredClusterSpec,
+    StoredGpuSpec,
+    StoredModelSpec,
+)
+from app.core.types import Fraction, NonNegativeFloat, PositiveFloat, PositiveInt, not_given
+from app.evaluations.schemas import Memory, MemoryBreakdown, Parallel, PipelineStage, PredictionOut, Training
+from app.profiles.schemas import ProfileDocumentOut
 
 StrictInt = Annotated[int, Field(strict=True)]
 RecomputeName = Literal["none", "selective", "full"]
+Framework = Literal["any", "megatron", "deepspeed", "fsdp"]
+Objective = Literal["max_throughput", "min_time_to_train", "min_cost", "min_gpus"]
+PlanStatus = Literal["succeeded", "infeasible"]
 
 
 class IntRange(BaseModel):
@@ -20,8 +30,8 @@ class IntRange(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    min: StrictInt | None = None
-    max: StrictInt | None = None
+    min: StrictInt | None = not_given()
+    max: StrictInt | None = not_given()
 
 
 IntRule = StrictInt | list[StrictInt] | IntRange
@@ -45,18 +55,18 @@ class ConstraintsIn(BaseModel):
         },
     )
 
-    dp_size: IntRule | None = None
-    tp_size: IntRule | None = None
-    pp_size: IntRule | None = None
-    zero_stage: IntRule | None = None
-    micro_batch_size: IntRule | None = None
-    virtual_stages: IntRule | None = None
-    num_gpus: IntRule | None = None
-    recompute: RecomputeName | list[RecomputeName] | None = None
-    sequence_parallel: bool | list[bool] | None = None
-    max_memory_fraction: Fraction | None = Field(None, description="usable fraction of each GPU's memory")
-    allow_tp_across_nodes: bool | None = None
-    framework: Literal["any", "megatron", "deepspeed", "fsdp"] | None = None
+    dp_size: IntRule | None = not_given()
+    tp_size: IntRule | None = not_given()
+    pp_size: IntRule | None = not_given()
+    zero_stage: IntRule | None = not_given()
+    micro_batch_size: IntRule | None = not_given()
+    virtual_stages: IntRule | None = not_given()
+    num_gpus: IntRule | None = not_given()
+    recompute: RecomputeName | list[RecomputeName] | None = not_given()
+    sequence_parallel: bool | list[bool] | None = not_given()
+    max_memory_fraction: Fraction | None = not_given("usable fraction of each GPU's memory")
+    allow_tp_across_nodes: bool | None = not_given()
+    framework: Framework | None = not_given()
 
 
 PLAN_EXAMPLE = {
@@ -82,7 +92,7 @@ class PlanRequest(BaseModel):
     cluster: str | ClusterSpecIn
     num_gpus: PositiveInt | None = None
     training: Training
-    objective: Literal["max_throughput", "min_time_to_train", "min_cost", "min_gpus"] = "max_throughput"
+    objective: Objective = "max_throughput"
     constraints: ConstraintsIn = Field(default_factory=ConstraintsIn)
     top_k: Annotated[int, Field(strict=True, ge=1, le=50)] = 5
     deadline_s: PositiveFloat | None = Field(None, description="for min_gpus: the time to train to meet")
@@ -93,70 +103,220 @@ class PlanRequest(BaseModel):
     )
 
 
-class Candidate(BaseModel):
+class CandidateOut(BaseModel):
     """One ranked configuration with its prediction."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid", title="Candidate")
 
-    rank: int
-    parallel: dict[str, Any]
-    prediction: PredictionOut | None
+    rank: int = Field(description="1 is the best")
+    parallel: Parallel
+    objective_value: float = Field(
+        description="lower is better: s/token (max_throughput), s (min_time_to_train), USD (min_cost; USD/token"
+        " without train_tokens) or GPUs (min_gpus)"
+    )
+    why: str = Field(description="why it ranks where it does against the next candidate")
+    feasible: bool
+    violations: list[str]
+    prediction: PredictionOut
     memory: Memory
-    stages: list[dict[str, Any]] = Field(default_factory=list)
+    stages: list[PipelineStage]
+    profile_origins: dict[str, str] = Field(description="layer name -> measured, derived or analytic")
+
+
+class SearchStatistics(BaseModel):
+    """What the search did."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    configurations_enumerated: int
+    configurations_pruned: int = Field(description="not evaluated: a lower bound showed they cannot win")
+    configurations_illegal: int
+    configurations_evaluated: int
+    cpsat_calls: int = Field(description="CP-SAT partition solves")
+    cpsat_status: dict[str, int] = Field(description="CP-SAT status name -> solves that ended with it")
+    partition_methods: dict[str, int] = Field(description="partition method (fast, chain, cpsat, fixed) -> solves")
+    wall_time_s: float
+    proven_optimal: bool = Field(description="optimal under the cost model: exact partitions, no time-out")
+    timed_out: bool = Field(description="the search hit its time budget")
+
+
+class MemoryMissOut(BaseModel):
+    """The legal configuration that comes closest to fitting in memory, evaluated."""
+
+    model_config = ConfigDict(extra="forbid", title="MemoryMiss")
+
+    text: str
+    peak_gib: float = Field(description="its memory per GPU, GiB")
+    usable_gib: float = Field(description="the memory a GPU may use, GiB")
+    num_gpus: int
+    parallel: Parallel
+    memory_gib: MemoryBreakdown = Field(description="its peak stage's memory by kind")
+    fits: bool
+
+
+class DeadlineMissOut(BaseModel):
+    """The fastest plan, when no GPU count meets the deadline."""
+
+    model_config = ConfigDict(extra="forbid", title="DeadlineMiss")
+
+    text: str
+    time_to_train_s: float | None
+    num_gpus: int
+    parallel: Parallel
+
+
+class SuggestionOut(BaseModel):
+    """A change to the request, checked by searching again, and the plan it finds."""
+
+    model_config = ConfigDict(extra="forbid", title="Suggestion")
+
+    change: str
+    checked: bool
+    num_gpus: int
+    parallel: Parallel
+    step_time_s: float
+    time_to_train_s: float | None
+    peak_gib: float
+
+
+class ExplanationOut(BaseModel):
+    """Why a search found no plan, and the smallest changes that would find one."""
+
+    model_config = ConfigDict(extra="forbid", title="Explanation")
+
+    binding_constraint: str = Field(description="the rule that rejected the most (memory and deadline first)")
+    binding_text: str
+    rejections: dict[str, int] = Field(description="rule -> configurations it rejected")
+    closest_miss: MemoryMissOut | DeadlineMissOut | None
+    suggestions: list[SuggestionOut]
+    summary: str
+
+
+class SearchOutcome(BaseModel):
+    """``solver.search.SearchResult.to_dict()``, typed: what a search returns."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: PlanStatus
+    best: CandidateOut | None
+    candidates: list[CandidateOut]
+    search: SearchStatistics
+    explanation: ExplanationOut | None
 
 
 class Versions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     solver: str
     ortools: str
 
 
 class NormalisedRequest(BaseModel):
-    """The plan request as stored: defaults filled in, unset options dropped."""
+    """The plan request as stored: defaults filled in, unset options absent."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
 
-    model: str | dict[str, Any]
-    cluster: str | dict[str, Any]
-    training: dict[str, Any]
-    objective: str
-    constraints: dict[str, Any]
+    model: str | StoredModelSpec
+    cluster: str | StoredClusterSpec
+    num_gpus: int | MISSING = MISSING
+    training: Training
+    objective: Objective
+    constraints: ConstraintsIn
     top_k: int
+    deadline_s: float | MISSING = MISSING
+    gpu_hour_price_usd: float | MISSING = MISSING
     time_budget_s: float
+    profile_id: str | MISSING = MISSING
+
+
+# Where a resolved entry came from: the built-in catalog, a custom entry, or the request itself.
+EntrySource = Literal["builtin", "custom", "inline"]
+
+
+class ModelSnapshot(BaseModel):
+    """The model the request named or carried, as it was resolved."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: EntrySource
+    entry: StoredModelSpec
+
+
+class ClusterSnapshot(BaseModel):
+    """The cluster the request named or carried, as it was resolved."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: EntrySource
+    entry: StoredClusterSpec
+
+
+class GpuSnapshot(BaseModel):
+    """The cluster's GPU, as it was resolved."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: EntrySource
+    entry: StoredGpuSpec
+
+
+class ProfileSnapshot(BaseModel):
+    """The measured profile the plan was computed from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    document: ProfileDocumentOut
+
+
+class CatalogSnapshot(BaseModel):
+    """The catalog entries (and the measured profile) the plan was computed from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelSnapshot
+    cluster: ClusterSnapshot
+    gpu: GpuSnapshot
+    profile: ProfileSnapshot | MISSING = MISSING
 
 
 class Plan(BaseModel):
     """A stored plan: the normalised request, the result and what it was computed from."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
 
     id: str
     created_at: datetime
-    status: Literal["succeeded", "infeasible"]
+    status: PlanStatus
     timed_out: bool = Field(description="the search hit its time budget; the plan is the best found so far")
     request: NormalisedRequest
-    best: Candidate | None
-    candidates: list[Candidate]
-    search: dict[str, Any]
-    explanation: dict[str, Any] | None
-    catalog_snapshot: dict[str, Any]
+    best: CandidateOut | None
+    candidates: list[CandidateOut]
+    search: SearchStatistics
+    explanation: ExplanationOut | None = Field(description="null when a plan was found")
+    catalog_snapshot: CatalogSnapshot
     versions: Versions
 
 
 class PlanSummary(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     id: str
     created_at: datetime
-    status: Literal["succeeded", "infeasible"]
+    status: PlanStatus
     model: str
     cluster: str
     objective: str
     num_gpus: int
     timed_out: bool
-    best_parallel: dict[str, Any] | None
+    best_parallel: Parallel | None
     best_tokens_per_s: float | None
 
 
 class PlanList(BaseModel):
     """A page of plans, newest first; pass ``next_cursor`` as ``cursor`` for the next page."""
+
+    model_config = ConfigDict(extra="forbid")
 
     items: list[PlanSummary]
     next_cursor: str | None

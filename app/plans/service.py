@@ -21,9 +21,8 @@ from app.core.problems import Problem, from_spec_error, not_found
 from app.core.solver_pool import SolverPool, SolverSaturated, SolverUnavailable
 from app.core.versions import Versions
 from app.evaluations.service import check_num_gpus, training_spec
-from app.plans import repository
+from app.plans import repository, schemas
 from app.plans.models import Plan, PlanCandidate
-from app.plans.schemas import PlanRequest
 from app.profiles.service import measured_profile
 from solver.cost.profile import ModelProfile
 from solver.io.profile_format import profile_document
@@ -36,11 +35,11 @@ MAX_PAGE_SIZE = 100
 
 @dataclass(frozen=True)
 class PlanOutcome:
-    document: dict[str, Any]
+    document: schemas.Plan
     created: bool  # False: an identical request was planned before; this is the stored plan
 
 
-def normalise(body: PlanRequest, time_budget_s: float) -> dict[str, Any]:
+def normalise(body: schemas.PlanRequest, time_budget_s: float) -> dict[str, Any]:
     """The request with defaults filled in and unset options dropped: equal requests are equal
     documents, whatever optional fields the client spelled out."""
     request = body.model_dump(mode="json", exclude_none=True)
@@ -61,7 +60,7 @@ def request_hash(request: dict[str, Any], snapshot: dict[str, Any], versions: Ve
 
 
 def _search_request(
-    body: PlanRequest, resolved: Resolved, time_budget_s: float, profile: ModelProfile | None
+    body: schemas.PlanRequest, resolved: Resolved, time_budget_s: float, profile: ModelProfile | None
 ) -> SearchRequest:
     if body.num_gpus is not None:
         check_num_gpus(body.num_gpus, resolved.cluster)
@@ -85,60 +84,61 @@ def _search_request(
 
 
 def _plan_row(
-    request: dict[str, Any], resolved: Resolved, result: dict[str, Any], versions: Versions, digest: str
+    request: dict[str, Any], resolved: Resolved, result: schemas.SearchOutcome, versions: Versions, digest: str
 ) -> Plan:
-    search = dict(result.get("search") or {})
     plan = Plan(
         id=str(uuid.uuid4()),
         created_at=utc_now(),
         request_hash=digest,
-        status=result["status"],
+        status=result.status,
         model_name=resolved.model.name,
         cluster_name=resolved.cluster.name,
         objective=request["objective"],
         num_gpus=request.get("num_gpus") or resolved.cluster.num_gpus,
-        timed_out=bool(search.get("timed_out", False)),
+        timed_out=result.search.timed_out,
         request=request,
         catalog_snapshot=resolved.snapshot,
         solver_version=versions.solver,
         ortools_version=versions.ortools,
-        search_stats=search,
-        explanation=result.get("explanation"),
+        search_stats=result.search.model_dump(mode="json"),
+        explanation=result.explanation.model_dump(mode="json") if result.explanation is not None else None,
     )
-    for candidate in result.get("candidates") or []:
-        prediction = candidate.get("prediction") or {}
-        memory = candidate.get("memory") or {}
+    for candidate in result.candidates:
         plan.candidates.append(
             PlanCandidate(
-                rank=candidate["rank"],
-                step_time_s=prediction.get("step_time_s"),
-                tokens_per_s=prediction.get("tokens_per_s"),
-                peak_memory_gib=memory.get("peak_gib"),
-                parallel=candidate["parallel"],
-                document=candidate,
+                rank=candidate.rank,
+                step_time_s=candidate.prediction.step_time_s,
+                tokens_per_s=candidate.prediction.tokens_per_s,
+                peak_memory_gib=candidate.memory.peak_gib,
+                parallel=candidate.parallel.model_dump(mode="json"),
+                document=candidate.model_dump(mode="json"),
             )
         )
     return plan
 
 
-def plan_document(plan: Plan) -> dict[str, Any]:
+def plan_document(plan: Plan) -> schemas.Plan:
+    """The stored plan as the API answers it; a stored document that no longer matches the
+    schema fails here, not in a client."""
     candidates = [c.document for c in sorted(plan.candidates, key=lambda c: c.rank)]
-    return {
-        "id": plan.id,
-        "created_at": plan.created_at,
-        "status": plan.status,
-        "timed_out": plan.timed_out,
-        "request": plan.request,
-        "best": candidates[0] if candidates else None,
-        "candidates": candidates,
-        "search": plan.search_stats,
-        "explanation": plan.explanation,
-        "catalog_snapshot": plan.catalog_snapshot,
-        "versions": {"solver": plan.solver_version, "ortools": plan.ortools_version},
-    }
+    return schemas.Plan.model_validate(
+        {
+            "id": plan.id,
+            "created_at": plan.created_at,
+            "status": plan.status,
+            "timed_out": plan.timed_out,
+            "request": plan.request,
+            "best": candidates[0] if candidates else None,
+            "candidates": candidates,
+            "search": plan.search_stats,
+            "explanation": plan.explanation,
+            "catalog_snapshot": plan.catalog_snapshot,
+            "versions": {"solver": plan.solver_version, "ortools": plan.ortools_version},
+        }
+    )
 
 
-def _solve(pool: SolverPool, metrics: Metrics, settings: Settings, search_request: SearchRequest) -> dict[str, Any]:
+def _solve(pool: SolverPool, metrics: Metrics, settings: Settings, search_request: SearchRequest) -> schemas.SearchOutcome:
     """Search in the solver pool. A SpecError raised by the search crosses the pool as itself
     and is answered as a 422 naming the field."""
     started_s = time.perf_counter()
@@ -160,11 +160,11 @@ def _solve(pool: SolverPool, metrics: Metrics, settings: Settings, search_reques
         metrics.solve_duration_s.labels(outcome="invalid").observe(time.perf_counter() - started_s)
         raise from_spec_error(error, "body") from None
     metrics.solve_duration_s.labels(outcome=result.status).observe(time.perf_counter() - started_s)
-    return result.to_dict()
+    return schemas.SearchOutcome.model_validate(result.to_dict())
 
 
 def create_plan(
-    session: Session, pool: SolverPool, metrics: Metrics, settings: Settings, versions: Versions, body: PlanRequest
+    session: Session, pool: SolverPool, metrics: Metrics, settings: Settings, versions: Versions, body: schemas.PlanRequest
 ) -> PlanOutcome:
     """Answer a plan request: the stored plan if this exact request was planned before,
     otherwise search and store. Leaves the new plan flushed, for the caller to commit."""
@@ -208,7 +208,7 @@ def _unknown_plan(session: Session, plan_id: str) -> Problem:
     return not_found("plan", plan_id, repository.ids_starting_with(session, plan_id[:8]))
 
 
-def get_plan(session: Session, plan_id: str) -> dict[str, Any]:
+def get_plan(session: Session, plan_id: str) -> schemas.Plan:
     plan = repository.get(session, plan_id)
     if plan is None:
         raise _unknown_plan(session, plan_id)
@@ -224,7 +224,7 @@ def delete_plan(session: Session, plan_id: str) -> None:
 
 def list_plans(
     session: Session, limit: int, cursor: str | None, model: str | None, cluster: str | None, status: str | None
-) -> dict[str, Any]:
+) -> schemas.PlanList:
     after = decode_cursor(cursor) if cursor else None
     rows = repository.page(session, limit + 1, after, model=model, cluster=cluster, status=status)
     page, more = rows[:limit], len(rows) > limit
@@ -244,4 +244,4 @@ def list_plans(
         }
         for plan in page
     ]
-    return {"items": items, "next_cursor": encode_cursor(page[-1]) if more else None}
+    return schemas.PlanList.model_validate({"items": items, "next_cursor": encode_cursor(page[-1]) if more else None})
