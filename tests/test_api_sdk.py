@@ -1,5 +1,6 @@
 """A Python SDK generated from the live /openapi.json with openapi-python-client, installed in a
-temporary venv, creates and fetches a plan against a running server."""
+temporary venv, creates and fetches a plan against a running server, and reads its results as
+typed model classes (``plan.best.parallel.tp_size``), not dicts."""
 
 from __future__ import annotations
 
@@ -64,11 +65,32 @@ def test_generated_client_creates_and_fetches_a_plan(live_server, tmp_path):
             "model": "gpt3-350m", "cluster": "dgx-a100-80gb-x1", "training": {"global_batch_size": 64, "seq_length": 2048},
             "top_k": 0,
         }))
+        infeasible = create_plan.sync(client=client, body=PlanRequest.from_dict({
+            "model": "gpt3-175b", "cluster": "dgx-a100-80gb-x1", "training": {"global_batch_size": 64, "seq_length": 2048},
+            "top_k": 1,
+        }))
+        best, explanation = fetched.best, infeasible.explanation
+        stage, miss = best.stages[0], explanation.closest_miss
+        value = lambda enum: str(enum.value if hasattr(enum, "value") else enum)
         print(json.dumps({
-            "status_code": int(created.status_code), "id": plan.id, "status": str(plan.status.value if hasattr(plan.status, "value") else plan.status),
-            "fetched_id": fetched.id, "best_tp": fetched.best.parallel["tp_size"] if fetched.best else None,
+            "status_code": int(created.status_code), "id": plan.id, "status": value(plan.status),
+            "fetched_id": fetched.id, "best_tp": best.parallel.tp_size,
             "listed": [item.id for item in page.items], "num_layers": model.num_layers, "builtin": model.builtin,
             "refused": [int(refused.status_code), refused.parsed.errors[0].field, refused.parsed.status],
+            "classes": {
+                "candidate": type(best).__name__, "parallel": type(best.parallel).__name__,
+                "prediction": type(best.prediction).__name__, "breakdown_s": type(best.prediction.breakdown_s).__name__,
+                "memory": type(best.memory).__name__, "breakdown_gib": type(best.memory.breakdown_gib).__name__,
+                "per_stage": type(best.memory.per_stage[0]).__name__, "stage": type(stage).__name__,
+                "search": type(fetched.search).__name__, "explanation": type(explanation).__name__,
+                "closest_miss": type(miss).__name__, "suggestion": [type(s).__name__ for s in explanation.suggestions][:1],
+                "snapshot": type(fetched.catalog_snapshot.model.entry).__name__,
+            },
+            "best": [best.parallel.dp_size * best.parallel.tp_size * best.parallel.pp_size, best.prediction.tokens_per_s > 0],
+            "stage": [stage.stage, stage.num_layers, len(stage.layers), stage.breakdown_gib.weights > 0],
+            "search": [fetched.search.configurations_evaluated > 0, fetched.search.timed_out],
+            "infeasible": [value(infeasible.status), infeasible.best, explanation.binding_constraint, miss.fits,
+                           miss.peak_gib > miss.usable_gib, miss.parallel.tp_size],
         }))
         """
     )
@@ -82,3 +104,15 @@ def test_generated_client_creates_and_fetches_a_plan(live_server, tmp_path):
     assert outcome["id"] in outcome["listed"]
     assert outcome["num_layers"] == 24 and outcome["builtin"] is True
     assert outcome["refused"] == [422, "body.top_k", 422]
+    assert outcome["classes"] == {
+        "candidate": "Candidate", "parallel": "Parallel", "prediction": "Prediction", "breakdown_s": "StepBreakdown",
+        "memory": "Memory", "breakdown_gib": "MemoryBreakdown", "per_stage": "StagePeak", "stage": "PipelineStage",
+        "search": "SearchStatistics", "explanation": "Explanation", "closest_miss": "MemoryMiss",
+        "suggestion": ["Suggestion"], "snapshot": "StoredModelSpec",
+    }
+    assert outcome["best"] == [8, True]
+    stage, num_layers, layers_listed, holds_weights = outcome["stage"]
+    assert stage == 0 and num_layers == layers_listed > 0 and holds_weights is True
+    assert outcome["search"] == [True, False]
+    assert outcome["infeasible"][:5] == ["infeasible", None, "memory", False, True]
+    assert outcome["infeasible"][5] >= 1
