@@ -186,8 +186,8 @@ class StoredGpuSpec(BaseModel):
     peak_tflops: PeakTflops
     memory_gib: float = Field(description="memory per GPU, GiB")
     hbm_gbytes_per_s: float = Field(description="HBM bandwidth, decimal GB/s")
-    gemm_efficiency: GemmEfficiency | MISSING = MISSING
-    hbm_efficiency: float | MISSING = Field(MISSING, description=HBM_EFFICIENCY)
+    gemm_efficiency: GemmEfficiency | None | MISSING = MISSING
+    hbm_efficiency: float | None | MISSING = Field(MISSING, description=HBM_EFFICIENCY)
     gemm_saturation_dim: float | MISSING = Field(
         MISSING, description="small-GEMM slowdown scale: d / (d + this) per GEMM dimension d (calibrated GPUs)"
     )
