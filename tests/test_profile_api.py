@@ -7,7 +7,6 @@ import copy
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from conftest import BACKENDS, assert_problem, empty_database, error_fields, unique_name
 from sqlalchemy import inspect
 
 import app.profiles.models  # noqa: F401  (registers the profiles table on Base.metadata)
@@ -15,6 +14,7 @@ from app.core.db import make_engine
 from app.core.migrate import downgrade, upgrade
 from app.models import Base
 from app.profiles.schemas import PROFILE_EXAMPLE
+from conftest import BACKENDS, assert_problem, empty_database, error_fields, unique_name
 
 
 def _document(model_name: str | None = None) -> dict:
