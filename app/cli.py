@@ -3,7 +3,9 @@ and catalog questions without a server (the same JSON in and out as the API).
 
 The profiler's commands (``profile``, ``compare-profile``, ``calibrate``, ``import-pipedream``)
 are added by ``profiler.cli.register``; their parsers set ``handler=callable(args) -> exit code``
-with ``set_defaults`` (torch is imported only when one of them runs).
+with ``set_defaults`` (torch is imported only when one of them runs). Each command imports the
+service modules it needs (database, solver pool, uvicorn) when it runs, so a command that needs
+none of them starts without loading them; none of these imports avoids an import circle.
 """
 
 from __future__ import annotations

@@ -15,7 +15,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from catalog import CatalogError, get_cluster, get_gpu, get_model, list_entries
+from profiler.compare import compare_to_analytic, comparison_table
+from profiler.pipedream import import_pipedream
+from solver.io.profile_format import model_from_dict, parse_profile_document, profile_document
 from solver.spec.errors import SpecError
+from solver.spec.hardware import GpuSpec
 from solver.spec.training import Precision
 
 EXIT_BAD_INPUT = 2
@@ -98,8 +103,6 @@ def register(subparsers: Any) -> None:
 
 def load_model(reference: str):
     """A ModelSpec from a catalog name or a JSON file (a model spec, or a document with "model")."""
-    from solver.io.profile_format import model_from_dict
-
     path = Path(reference)
     if path.suffix == ".json" or path.exists():
         try:
@@ -111,7 +114,6 @@ def load_model(reference: str):
         if isinstance(raw, dict) and isinstance(raw.get("model"), dict):
             raw = raw["model"]
         return model_from_dict(raw)
-    from catalog import CatalogError, get_model
 
     try:
         return get_model(reference)
@@ -165,7 +167,6 @@ def run_profile(args: argparse.Namespace) -> int:
     try:
         torch_module = _torch(args.threads)
         from profiler.measure import ProfileSettings, profile_model
-        from solver.io.profile_format import profile_document
 
         model = load_model(args.model)
         settings = ProfileSettings(
@@ -191,8 +192,6 @@ def run_profile(args: argparse.Namespace) -> int:
 
 
 def _comparison(document, cluster_name: str) -> str:
-    from catalog import CatalogError, get_cluster
-    from profiler.compare import compare_to_analytic, comparison_table
 
     try:
         cluster = get_cluster(cluster_name)
@@ -203,8 +202,6 @@ def _comparison(document, cluster_name: str) -> str:
 
 def run_compare(args: argparse.Namespace) -> int:
     """Handler of ``partitura compare-profile``; prints the table, returns the exit status."""
-    from solver.io.profile_format import parse_profile_document
-
     try:
         try:
             raw = json.loads(Path(args.profile).read_text())
@@ -231,8 +228,6 @@ def _upload_and_report(document: dict, url: str | None) -> int:
 
 def run_import_pipedream(args: argparse.Namespace) -> int:
     """Handler of ``partitura import-pipedream``; returns the exit status (no torch needed)."""
-    from profiler.pipedream import import_pipedream
-    from solver.io.profile_format import profile_document
 
     try:
         try:
@@ -261,8 +256,6 @@ def run_import_pipedream(args: argparse.Namespace) -> int:
 def match_catalog_gpu(name: str, memory_gib: float | None) -> str:
     """The catalog GPU whose model token (H100, A100, MI300X, ...) appears in the device name;
     among several, the one with the closest memory size. Raises SpecError when none matches."""
-    from catalog import list_entries
-
     upper = name.upper()
     matches = []
     for entry in list_entries("gpus"):
@@ -277,8 +270,6 @@ def match_catalog_gpu(name: str, memory_gib: float | None) -> str:
 
 
 def _calibration_gpu(args: argparse.Namespace, torch_module, device: str):
-    from catalog import CatalogError, get_gpu
-    from solver.spec.hardware import GpuSpec
 
     if args.peak_tflops is not None or args.hbm_gbytes_per_s is not None:
         if args.peak_tflops is None or args.hbm_gbytes_per_s is None:
