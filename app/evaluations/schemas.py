@@ -3,11 +3,12 @@ verdict that plans share."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from app.catalog.schemas import ClusterSpecIn, ModelSpecIn
+from app.core.dimensions import parallel_fields
 from app.core.types import NonNegativeInt, PositiveFloat, PositiveInt, Size, not_given
 
 
@@ -37,10 +38,10 @@ class Training(BaseModel):
     fused_kernels: bool = True
 
 
-class Parallel(BaseModel):
-    """One way to split the job: data x tensor x pipeline parallel degrees and memory savers."""
-
-    model_config = ConfigDict(
+Parallel = create_model(
+    "Parallel",
+    __doc__="One way to split the job: data x tensor x pipeline parallel degrees and memory savers.",
+    __config__=ConfigDict(
         extra="forbid",
         json_schema_extra={
             "examples": [
@@ -50,20 +51,18 @@ class Parallel(BaseModel):
                 }
             ]
         },
-    )
-
-    dp_size: PositiveInt = 1
-    tp_size: PositiveInt = 1
-    pp_size: PositiveInt = 1
-    zero_stage: Annotated[int, Field(strict=True, ge=0, le=3)] = 0
-    micro_batch_size: PositiveInt = 1
-    recompute: Literal["none", "selective", "full"] = "none"
-    virtual_stages: PositiveInt = 1
-    sequence_parallel: bool = False
-    # Layers per pipeline chunk (pp_size x virtual_stages entries); null: the uniform split.
-    stage_layers: list[NonNegativeInt] | None = None
-    # Per chunk, how many of its layers are fully recomputed; null: all follow ``recompute``.
-    full_recompute_layers: list[NonNegativeInt] | None = None
+    ),
+    # The dimensions, from the solver's registry (solver.spec.dimensions).
+    **parallel_fields(),
+    stage_layers=(
+        list[NonNegativeInt] | None,
+        Field(None, description="layers per pipeline chunk (pp_size x virtual_stages entries); null: the uniform split"),
+    ),
+    full_recompute_layers=(
+        list[NonNegativeInt] | None,
+        Field(None, description="per chunk, how many of its layers are fully recomputed; null: all follow recompute"),
+    ),
+)
 
 
 EVALUATION_EXAMPLE = {

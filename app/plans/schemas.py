@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import MISSING, BaseModel, ConfigDict, Field
+from pydantic import MISSING, BaseModel, ConfigDict, Field, create_model
 
 from app.catalog.schemas import (
     ClusterSpecIn,
@@ -14,12 +14,12 @@ from app.catalog.schemas import (
     StoredGpuSpec,
     StoredModelSpec,
 )
+from app.core.dimensions import constraint_fields
 from app.core.types import Fraction, NonNegativeFloat, PositiveFloat, PositiveInt, not_given
 from app.evaluations.schemas import Memory, MemoryBreakdown, Parallel, PipelineStage, PredictionOut, Training
 from app.profiles.schemas import ProfileDocumentOut
 
 StrictInt = Annotated[int, Field(strict=True)]
-RecomputeName = Literal["none", "selective", "full"]
 Framework = Literal["any", "megatron", "deepspeed", "fsdp"]
 Objective = Literal["max_throughput", "min_time_to_train", "min_cost", "min_gpus"]
 PlanStatus = Literal["succeeded", "infeasible"]
@@ -37,11 +37,11 @@ class IntRange(BaseModel):
 IntRule = StrictInt | list[StrictInt] | IntRange
 
 
-class ConstraintsIn(BaseModel):
-    """Pins and bounds on the search. Each dimension takes a value, a list of allowed values, or
-    (integers) a ``{"min", "max"}`` range."""
-
-    model_config = ConfigDict(
+ConstraintsIn = create_model(
+    "ConstraintsIn",
+    __doc__="""Pins and bounds on the search. Each dimension takes a value, a list of allowed values, or
+    (integers) a ``{"min", "max"}`` range.""",
+    __config__=ConfigDict(
         extra="forbid",
         title="Constraints",
         json_schema_extra={
@@ -53,20 +53,13 @@ class ConstraintsIn(BaseModel):
                 }
             ]
         },
-    )
-
-    dp_size: IntRule | None = not_given()
-    tp_size: IntRule | None = not_given()
-    pp_size: IntRule | None = not_given()
-    zero_stage: IntRule | None = not_given()
-    micro_batch_size: IntRule | None = not_given()
-    virtual_stages: IntRule | None = not_given()
-    num_gpus: IntRule | None = not_given()
-    recompute: RecomputeName | list[RecomputeName] | None = not_given()
-    sequence_parallel: bool | list[bool] | None = not_given()
-    max_memory_fraction: Fraction | None = not_given("usable fraction of each GPU's memory")
-    allow_tp_across_nodes: bool | None = not_given()
-    framework: Framework | None = not_given()
+    ),
+    # The dimensions, from the solver's registry (solver.spec.dimensions), then the options.
+    **constraint_fields(IntRule),
+    max_memory_fraction=(Fraction | None, not_given("usable fraction of each GPU's memory")),
+    allow_tp_across_nodes=(bool | None, not_given()),
+    framework=(Framework | None, not_given()),
+)
 
 
 PLAN_EXAMPLE = {
