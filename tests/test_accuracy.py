@@ -8,7 +8,20 @@ from __future__ import annotations
 import pytest
 
 import catalog
-from bench.accuracy import evaluate_all, gpt_neox_2022_flops_per_token, gpt_neox_logged_parameter_count, summary
+from bench import vtrain
+from bench.accuracy import (
+    RunResult,
+    bench_records,
+    evaluate_all,
+    evaluate_bench,
+    family_table,
+    gpt_neox_2022_flops_per_token,
+    gpt_neox_logged_parameter_count,
+    load_records,
+    macro_mape,
+    rank_correlations,
+    summary,
+)
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +75,78 @@ def test_gpt_neox_counting_convention_reproduces_its_published_figures():
     step_flops = 1536 * 2048 * gpt_neox_2022_flops_per_token(model, 2048, tp_size=2)
     hours = 150_000 * step_flops / (117e12 * 96) / 3600
     assert hours == pytest.approx(1830, rel=0.005)
+
+
+# The grown bench (issue 13, first step): every record is evaluated or listed with its reason.
+
+
+@pytest.fixture(scope="module")
+def bench_results():
+    return evaluate_bench()
+
+
+def test_grown_bench_evaluates_or_lists_every_record(bench_results):
+    records = bench_records()
+    assert len(records) == 91 + 47
+    assert [r.run_id for r in bench_results] == [record["id"] for record in records]
+    assert len({record["id"] for record in records}) == len(records)
+    for r in bench_results:
+        assert (r.predicted is not None and r.predicted > 0 and not r.skipped) or (r.predicted is None and r.skipped), r
+        assert r.family, r.run_id
+
+
+def test_headline_is_the_bench_before_it_grew(results, bench_results):
+    """The headline set is the first 22 published records, and the grown bench evaluates them
+    to the same numbers."""
+    assert [r.run_id for r in results] == [record["id"] for record in load_records()[:22]]
+    grown = {r.run_id: r for r in bench_results}
+    assert all(grown[r.run_id] == r for r in results)
+
+
+def test_vtrain_public_rows():
+    rows = vtrain.load_rows()
+    assert len(rows) == 47
+    records = vtrain.load_records()
+    assert {vtrain.model_key(record) for record in records} == {"3.6B (L30 h3072)", "175B (L96 h12288)"}
+    assert all(record["cluster"]["gpus"] == record["parallel"]["tp"] * record["parallel"]["pp"] * record["parallel"]["dp"] for record in records)
+
+
+def test_every_vtrain_row_is_evaluated(bench_results):
+    rows = [r for r in bench_results if r.family == "vtrain"]
+    assert len(rows) == 47 and all(r.error is not None and r.metric == "iteration_time_s" for r in rows)
+
+
+def test_family_table_on_a_synthetic_bench():
+    def run(run_id, family, measured, predicted, metric="tokens_per_sec_per_gpu"):
+        return RunResult(run_id, metric, measured, predicted, "", family=family)
+
+    results = [
+        run("a1", "a", 100.0, 110.0),  # +10%
+        run("a2", "a", 100.0, 70.0),  # -30%
+        run("b1", "b", 2.0, 1.0, "iteration_time_s"),  # measured / predicted - 1 = +100%
+        RunResult("c1", "-", None, None, "", skipped="no model shape in the record", family="c"),
+    ]
+    rows = {row.family: row for row in family_table(results)}
+    assert set(rows) == {"a", "b", "all"}
+    assert rows["a"].count == 2
+    assert rows["a"].mape == pytest.approx(0.20)
+    assert rows["a"].signed_mean == pytest.approx(-0.10)
+    assert (rows["a"].worst_run, rows["a"].worst_error) == ("a2", pytest.approx(-0.30))
+    assert rows["b"].mape == pytest.approx(1.0) and rows["b"].signed_mean == pytest.approx(1.0)
+    assert rows["all"].count == 3
+    assert rows["all"].mape == pytest.approx((0.1 + 0.3 + 1.0) / 3)
+    assert rows["all"].worst_run == "b1"
+    assert macro_mape(list(rows.values())) == pytest.approx((0.20 + 1.0) / 2)
+
+
+def test_spearman_rho():
+    assert vtrain.spearman_rho([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert vtrain.spearman_rho([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # Ties share their mean rank: ranks (1, 2.5, 2.5, 4) against (1, 2, 3, 4).
+    expected = 0.9486832980505138  # Pearson of those ranks = 4.5 / sqrt(4.5 * 5)
+    assert vtrain.spearman_rho([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(expected)
+    # No ties: 1 - 6 * sum(d^2) / (n (n^2 - 1)) with d = (0, -1, 1, 0, 0): 1 - 12 / 120.
+    assert vtrain.spearman_rho([1, 2, 3, 4, 5], [1, 3, 2, 4, 5]) == pytest.approx(0.9)
+    groups = {"x1": "x", "x2": "x", "x3": "x"}
+    results = [RunResult(f"x{i}", "iteration_time_s", m, p, "") for i, (m, p) in enumerate([(1.0, 2.0), (2.0, 1.0), (3.0, 3.0)], 1)]
+    assert rank_correlations(results, groups) == {"x": (3, pytest.approx(0.5))}
