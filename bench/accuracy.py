@@ -207,7 +207,8 @@ def _layout_candidates(par: dict, settings: dict, model: ModelSpec, global_batch
     known = par.get("recompute")
     options = settings.get("recompute_options", [option.value for option in Recompute])
     recompute = [Recompute(known)] if known in ("none", "selective", "full") else [Recompute(option) for option in options]
-    sp = [bool(par["sequence_parallel"])] if par.get("sequence_parallel") is not None else [False]
+    known_sp = par.get("sequence_parallel")
+    sp = [bool(known_sp if known_sp is not None else settings.get("sequence_parallel", False))]
     zero = par.get("zero_stage")
     zero = ZeroStage(zero if zero is not None else settings.get("zero_stage", 0))
     for mb, v, rc, seq_par in itertools.product(micro, virtual, recompute, sp):
@@ -307,6 +308,8 @@ def evaluate_record(record: dict, inputs: dict) -> RunResult:
         filled.append(f"v={parallel.virtual_stages}")
     if par.get("recompute") not in ("none", "selective", "full"):
         filled.append(f"rc={parallel.recompute.value}")
+    if par.get("sequence_parallel") is None and parallel.sequence_parallel:
+        filled.append("sp=on")
     if settings.get("mean_padded_seq_length"):
         filled.append(f"padded_len={settings['mean_padded_seq_length']}")
     convention = settings.get("reported_flops", "megatron")
