@@ -12,7 +12,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import MISSING, BaseModel, ConfigDict, Field
 
-from app.core.types import EntryName, Fraction, NonNegativeFloat, PositiveFloat, Size
+from app.core.types import (
+    Efficiency,
+    EntryName,
+    HbmGbytesPerS,
+    LatencyUs,
+    LinkGbytesPerS,
+    MemoryGib,
+    PeakTflopsValue,
+    PriceUsd,
+    Size,
+)
 
 PrecisionName = Literal["fp16", "bf16", "fp8"]
 
@@ -78,11 +88,11 @@ class GpuSpecIn(BaseModel):
     model_config = ConfigDict(extra="forbid", title="GpuSpec", json_schema_extra={"examples": [GPU_EXAMPLE]})
 
     name: EntryName
-    peak_tflops: dict[PrecisionName, PositiveFloat] = Field(min_length=1)
-    memory_gib: PositiveFloat
-    hbm_gbytes_per_s: PositiveFloat
-    gemm_efficiency: dict[PrecisionName, Fraction] | None = None
-    hbm_efficiency: Fraction | None = None
+    peak_tflops: dict[PrecisionName, PeakTflopsValue] = Field(min_length=1)
+    memory_gib: MemoryGib
+    hbm_gbytes_per_s: HbmGbytesPerS
+    gemm_efficiency: dict[PrecisionName, Efficiency] | None = None
+    hbm_efficiency: Efficiency | None = None
 
 
 class ClusterSpecIn(BaseModel):
@@ -94,13 +104,13 @@ class ClusterSpecIn(BaseModel):
     gpu: str | GpuSpecIn = Field(description="a catalog GPU name or an inline GPU spec")
     gpus_per_node: Size
     num_nodes: Size
-    intra_node_gbytes_per_s: PositiveFloat
-    inter_node_gbytes_per_s: PositiveFloat
-    intra_node_latency_us: NonNegativeFloat | None = None
-    inter_node_latency_us: NonNegativeFloat | None = None
-    intra_node_bus_efficiency: Fraction | None = None
-    inter_node_bus_efficiency: Fraction | None = None
-    gpu_hour_price_usd: NonNegativeFloat | None = None
+    intra_node_gbytes_per_s: LinkGbytesPerS
+    inter_node_gbytes_per_s: LinkGbytesPerS
+    intra_node_latency_us: LatencyUs | None = None
+    inter_node_latency_us: LatencyUs | None = None
+    intra_node_bus_efficiency: Efficiency | None = None
+    inter_node_bus_efficiency: Efficiency | None = None
+    gpu_hour_price_usd: PriceUsd | None = None
 
 
 # Responses. A field typed ``X | MISSING`` is absent when the entry does not carry it.

@@ -7,6 +7,10 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from solver.cost import evaluate
+from solver.search import request
+from solver.spec import hardware, training
+
 # Integers must be JSON integers: `true` or "8" is an error, not 1 or 8.
 PositiveInt = Annotated[int, Field(strict=True, ge=1)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
@@ -27,3 +31,22 @@ def not_given(description: str | None = None) -> Any:
     field out, so a stored request (dumped with ``exclude_none``) reads back through the same
     model and is answered exactly as it was stored, without nulls it never had."""
     return Field(None, description=description, exclude_if=_is_none)
+
+
+# Request figures bounded by the solver's plausible ranges (stated once in solver/, converted to
+# the API's units here), so an out-of-range figure is a 422 naming the field, never an infinite
+# prediction: see solver.spec.hardware, solver.spec.training and solver.cost.evaluate.
+def _in_range(low: float, high: float, scale: float = 1.0) -> Any:
+    return Annotated[float, Field(ge=low / scale, le=high / scale, allow_inf_nan=False)]
+
+
+Efficiency = _in_range(*hardware.EFFICIENCY_RANGE)
+PeakTflopsValue = _in_range(*hardware.PEAK_FLOPS_PER_S_RANGE, scale=1e12)
+MemoryGib = _in_range(*hardware.MEMORY_BYTES_RANGE, scale=2**30)
+HbmGbytesPerS = _in_range(*hardware.HBM_BYTES_PER_S_RANGE, scale=1e9)
+LinkGbytesPerS = _in_range(*hardware.LINK_BYTES_PER_S_RANGE, scale=1e9)
+LatencyUs = _in_range(*hardware.LATENCY_S_RANGE, scale=1e-6)
+PriceUsd = _in_range(*hardware.GPU_HOUR_PRICE_USD_RANGE)
+TrainTokens = Annotated[float, Field(gt=0, le=training.TRAIN_TOKENS_MAX, allow_inf_nan=False)]
+MemoryFraction = _in_range(*evaluate.MEMORY_FRACTION_RANGE)
+DeadlineS = _in_range(*request.DEADLINE_S_RANGE)

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from app.catalog.schemas import ClusterSpecIn, ModelSpecIn
 from app.core.dimensions import parallel_fields
-from app.core.types import NonNegativeInt, PositiveFloat, PositiveInt, Size, not_given
+from app.core.types import NonNegativeInt, PositiveInt, Size, TrainTokens, not_given
 
 
 class Training(BaseModel):
@@ -28,7 +28,7 @@ class Training(BaseModel):
     seq_length: Size
     precision: Literal["fp16", "bf16", "fp8"] = "bf16"
     optimizer: Literal["adam", "sgd"] = "adam"
-    train_tokens: PositiveFloat | None = not_given()
+    train_tokens: TrainTokens | None = not_given()
     flash_attention: bool = True
     # False: the framework reduces data-parallel gradients only after the backward pass ends
     # (Megatron-LM's local DDP, DeepSpeed's pipeline engine) instead of overlapping them with it.

@@ -15,7 +15,7 @@ from app.catalog.schemas import (
     StoredModelSpec,
 )
 from app.core.dimensions import constraint_fields
-from app.core.types import Fraction, NonNegativeFloat, PositiveFloat, PositiveInt, not_given
+from app.core.types import DeadlineS, MemoryFraction, PositiveFloat, PositiveInt, PriceUsd, not_given
 from app.evaluations.schemas import Memory, MemoryBreakdown, Parallel, PipelineStage, PredictionOut, Training
 from app.profiles.schemas import ProfileDocumentOut
 
@@ -56,7 +56,7 @@ ConstraintsIn = create_model(
     ),
     # The dimensions, from the solver's registry (solver.spec.dimensions), then the options.
     **constraint_fields(IntRule),
-    max_memory_fraction=(Fraction | None, not_given("usable fraction of each GPU's memory")),
+    max_memory_fraction=(MemoryFraction | None, not_given("usable fraction of each GPU's memory")),
     allow_tp_across_nodes=(bool | None, not_given()),
     framework=(Framework | None, not_given()),
 )
@@ -88,8 +88,8 @@ class PlanRequest(BaseModel):
     objective: Objective = "max_throughput"
     constraints: ConstraintsIn = Field(default_factory=ConstraintsIn)
     top_k: Annotated[int, Field(strict=True, ge=1, le=50)] = 5
-    deadline_s: PositiveFloat | None = Field(None, description="for min_gpus: the time to train to meet")
-    gpu_hour_price_usd: NonNegativeFloat | None = Field(None, description="for min_cost; overrides the cluster's price")
+    deadline_s: DeadlineS | None = Field(None, description="for min_gpus: the time to train to meet")
+    gpu_hour_price_usd: PriceUsd | None = Field(None, description="for min_cost; overrides the cluster's price")
     time_budget_s: PositiveFloat | None = None
     profile_id: str | None = Field(
         None, description="a measured profile (POST /v1/profiles) to plan from instead of the analytic model"

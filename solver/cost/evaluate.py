@@ -10,6 +10,7 @@ each with its source. The steps: ``stage_costs`` (per stage, per micro-batch), `
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from solver.cost.derive import resolve_profile
@@ -30,13 +31,17 @@ from solver.cost.stage import (
     stage_cost,
 )
 from solver.frameworks import framework_violations
-from solver.spec.errors import SpecError
+from solver.spec.errors import SpecError, check_in_range
 from solver.spec.hardware import ClusterSpec
 from solver.spec.legality import check_structure, placement_violations
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.rules import Rule, Violation
 from solver.spec.training import Framework, TrainingSpec
+
+# The usable share of GPU memory: from 0.1% (below it not even the runtime reserve fits any GPU the
+# specs admit) to all of it.
+MEMORY_FRACTION_RANGE = (1e-3, 1.0)
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,9 @@ class Policy:
     framework: Framework = Framework.ANY
     allow_tp_across_nodes: bool = True
     max_memory_fraction: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_in_range("constraints.max_memory_fraction", self.max_memory_fraction, *MEMORY_FRACTION_RANGE)
 
 
 @dataclass(frozen=True)
@@ -198,6 +206,9 @@ def throughput(
         model, training.global_batch_size, seq, parallel.recompute, recomputed_layers / model.num_layers
     )
     peak = cluster.gpu.peak(training.precision)
+    if not math.isfinite(step_s) or step_s <= 0:
+        # The specs' ranges keep every input finite and positive; this guards the JSON edge.
+        raise SpecError("cluster", f"the predicted step time is {step_s!r} s: a hardware figure is outside what the model can cost")
     tokens_per_s = training.tokens_per_step / step_s
     return Prediction(
         step_time_s=step_s,

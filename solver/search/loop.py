@@ -40,7 +40,7 @@ from solver.partition.problem import (
 )
 from solver.partition.solve import solve
 from solver.search.explain import explain
-from solver.search.request import Objective, SearchRequest
+from solver.search.request import DEADLINE_S_RANGE, Objective, SearchRequest
 from solver.search.result import Candidate, SearchResult, SearchStats
 from solver.search.space import (
     SearchRun,
@@ -53,7 +53,8 @@ from solver.search.space import (
     step_lower_bound_s,
 )
 from solver.search.validate import validate
-from solver.spec.errors import SpecError
+from solver.spec.errors import SpecError, check_in_range
+from solver.spec.hardware import GPU_HOUR_PRICE_USD_RANGE
 from solver.spec.legality import uniform_partition
 from solver.spec.parallel import ParallelConfig, micro_batch_count, parallel_to_dict
 from solver.spec.rules import Rule
@@ -96,11 +97,13 @@ def check_request(request: SearchRequest) -> None:
             raise SpecError("gpu_hour_price_usd", "min_cost needs a GPU-hour price: give gpu_hour_price_usd or a cluster with a price")
         if price <= 0:
             raise SpecError("gpu_hour_price_usd", f"must be positive, got {price}")
+        check_in_range("gpu_hour_price_usd", price, *GPU_HOUR_PRICE_USD_RANGE, "USD")
     if objective is Objective.MIN_GPUS:
         if not request.training.train_tokens:
             raise SpecError("training.train_tokens", "min_gpus needs a token budget (train_tokens) to compare against deadline_s")
         if request.deadline_s is None or request.deadline_s <= 0:
             raise SpecError("deadline_s", "min_gpus needs a positive deadline_s (seconds of training)")
+        check_in_range("deadline_s", request.deadline_s, *DEADLINE_S_RANGE, "s")
     if request.time_budget_s <= 0:
         raise SpecError("time_budget_s", "must be positive")
 

@@ -6,15 +6,18 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from solver.cost.evaluate import evaluate
+from solver.cost.evaluate import MEMORY_FRACTION_RANGE, evaluate
 from solver.cost.profile import ModelProfile
 from solver.cost.result import Evaluation
 from solver.spec.dimensions import PINNABLE
-from solver.spec.errors import SpecError
+from solver.spec.errors import SpecError, check_in_range
 from solver.spec.hardware import ClusterSpec
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig
 from solver.spec.training import Framework, TrainingSpec
+
+# A deadline up to 1e12 s (30,000 years): beyond it a comparison is no longer meaningful.
+DEADLINE_S_RANGE = (1e-3, 1e12)
 
 
 class Objective(str, Enum):
@@ -85,8 +88,9 @@ class Constraints:
     def parse(raw: dict[str, Any] | None) -> "Constraints":
         raw = dict(raw or {})
         fraction = raw.pop("max_memory_fraction", 1.0)
-        if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1:
+        if not isinstance(fraction, (int, float)) or isinstance(fraction, bool):
             raise SpecError("constraints.max_memory_fraction", "must be a number in (0, 1]")
+        check_in_range("constraints.max_memory_fraction", fraction, *MEMORY_FRACTION_RANGE)
         across = raw.pop("allow_tp_across_nodes", False)
         if not isinstance(across, bool):
             raise SpecError("constraints.allow_tp_across_nodes", "must be true or false")

@@ -23,6 +23,13 @@ class SpecError(ValueError):
         return (type(self), (self.field, reason, self.rule))
 
 
+def check_in_range(field: str, value: float, low: float, high: float, unit: str = "") -> None:
+    """Raise SpecError unless ``low <= value <= high`` (NaN is never in range)."""
+    if not low <= value <= high:
+        unit = f" {unit}" if unit else ""
+        raise SpecError(field, f"must be between {low:g} and {high:g}{unit}, got {value!r}")
+
+
 def check_positive_int(field: str, value: object) -> None:
     """Raise SpecError unless ``value`` is an int (not a bool) of at least 1."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:

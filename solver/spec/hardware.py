@@ -10,8 +10,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from solver.spec.errors import SpecError
+from solver.spec.errors import SpecError, check_in_range
 from solver.spec.training import Precision
+
+# --- Plausible ranges ---------------------------------------------------------------------------
+# Each hardware figure must lie in a range wide enough for any accelerator built or announced (a
+# 2017 V100 to a 2026 rack-scale part, with orders of magnitude to spare) and narrow enough that
+# every prediction stays a finite number: a denormal efficiency or bandwidth (5e-324) would make a
+# kernel or collective time infinite, or divide by zero once it underflows.
+PEAK_FLOPS_PER_S_RANGE = (1e9, 1e18)  # 1 GFLOP/s to 1 EFLOP/s per GPU
+MEMORY_BYTES_RANGE = (2**20, 2**50)  # 1 MiB to 1 PiB per GPU
+HBM_BYTES_PER_S_RANGE = (1e8, 1e15)  # 0.1 GB/s to 1 PB/s
+LINK_BYTES_PER_S_RANGE = (1e6, 1e15)  # 1 MB/s to 1 PB/s per GPU and direction
+LATENCY_S_RANGE = (0.0, 1.0)  # per collective step
+EFFICIENCY_RANGE = (1e-3, 1.0)  # 0.1% to 100% of a peak: GEMM, HBM streaming, collective bus
+SATURATION_DIM_RANGE = (0.0, 1e6)  # k at half efficiency (the short-k penalty)
+NUM_SMS_RANGE = (1, 100_000)
+GPU_HOUR_PRICE_USD_RANGE = (0.0, 1e6)  # beyond it a cost is no longer meaningful (and may overflow)
 
 # --- GPU defaults -------------------------------------------------------------------------------
 # Streaming multiprocessors: the A100's 108 (NVIDIA A100 Tensor Core GPU Architecture whitepaper).
@@ -76,17 +91,15 @@ class GpuSpec:
         if not peaks:
             raise SpecError("gpu.peak_flops_per_s", "at least one precision is needed")
         for precision, value in peaks.items():
-            if value <= 0:
-                raise SpecError(f"gpu.peak_flops_per_s.{precision.value}", "must be positive")
+            check_in_range(f"gpu.peak_flops_per_s.{precision.value}", value, *PEAK_FLOPS_PER_S_RANGE, "FLOP/s")
         for precision, value in effs.items():
-            if not 0 < value <= 1:
-                raise SpecError(f"gpu.gemm_efficiency.{precision.value}", "must be in (0, 1]")
-        if self.memory_bytes <= 0:
-            raise SpecError("gpu.memory_bytes", "must be positive")
-        if self.hbm_bytes_per_s <= 0:
-            raise SpecError("gpu.hbm_bytes_per_s", "must be positive")
-        if not 0 < self.hbm_efficiency <= 1:
-            raise SpecError("gpu.hbm_efficiency", "must be in (0, 1]")
+            check_in_range(f"gpu.gemm_efficiency.{precision.value}", value, *EFFICIENCY_RANGE)
+        check_in_range("gpu.memory_bytes", self.memory_bytes, *MEMORY_BYTES_RANGE, "bytes")
+        check_in_range("gpu.hbm_bytes_per_s", self.hbm_bytes_per_s, *HBM_BYTES_PER_S_RANGE, "bytes/s")
+        check_in_range("gpu.hbm_efficiency", self.hbm_efficiency, *EFFICIENCY_RANGE)
+        check_in_range("gpu.gemm_saturation_dim", self.gemm_saturation_dim, *SATURATION_DIM_RANGE)
+        check_in_range("gpu.num_sms", self.num_sms, *NUM_SMS_RANGE)
+        check_in_range("gpu.kernel_launch_s", self.kernel_launch_s, *LATENCY_S_RANGE, "s")
 
     def supports(self, precision: Precision) -> bool:
         return precision in self.peak_flops_per_s
@@ -136,16 +149,13 @@ class ClusterSpec:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SpecError(f"cluster.{name}", f"must be a positive integer, got {value!r}")
         for name in ("intra_node_bytes_per_s", "inter_node_bytes_per_s"):
-            if getattr(self, name) <= 0:
-                raise SpecError(f"cluster.{name}", "must be positive")
+            check_in_range(f"cluster.{name}", getattr(self, name), *LINK_BYTES_PER_S_RANGE, "bytes/s")
         for name in ("intra_node_latency_s", "inter_node_latency_s"):
-            if getattr(self, name) < 0:
-                raise SpecError(f"cluster.{name}", "must not be negative")
+            check_in_range(f"cluster.{name}", getattr(self, name), *LATENCY_S_RANGE, "s")
         for name in ("intra_node_bus_efficiency", "inter_node_bus_efficiency"):
-            if not 0 < getattr(self, name) <= 1:
-                raise SpecError(f"cluster.{name}", "must be in (0, 1]")
-        if self.gpu_hour_price_usd is not None and self.gpu_hour_price_usd < 0:
-            raise SpecError("cluster.gpu_hour_price_usd", "must not be negative")
+            check_in_range(f"cluster.{name}", getattr(self, name), *EFFICIENCY_RANGE)
+        if self.gpu_hour_price_usd is not None:
+            check_in_range("cluster.gpu_hour_price_usd", self.gpu_hour_price_usd, *GPU_HOUR_PRICE_USD_RANGE, "USD")
 
     @property
     def num_gpus(self) -> int:

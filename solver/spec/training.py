@@ -7,6 +7,10 @@ from enum import Enum, IntEnum
 
 from solver.spec.errors import SpecError, check_positive_int
 
+# A token budget up to 1e18 (about 60,000 times Llama 3's 15T): beyond it a time to train
+# overflows a float on the slowest hardware the specs admit.
+TRAIN_TOKENS_MAX = 1e18
+
 
 class Precision(str, Enum):
     FP16 = "fp16"
@@ -78,8 +82,8 @@ class TrainingSpec:
         check_positive_int("training.seq_length", self.seq_length)
         object.__setattr__(self, "precision", Precision(self.precision))
         object.__setattr__(self, "optimizer", OptimizerKind(self.optimizer))
-        if self.train_tokens is not None and not self.train_tokens > 0:
-            raise SpecError("training.train_tokens", "must be positive")
+        if self.train_tokens is not None and not 0 < self.train_tokens <= TRAIN_TOKENS_MAX:
+            raise SpecError("training.train_tokens", f"must be positive and at most {TRAIN_TOKENS_MAX:g}, got {self.train_tokens!r}")
 
     @property
     def tokens_per_step(self) -> int:
