@@ -13,6 +13,7 @@ from fastapi.routing import APIRoute
 from app.catalog.router import router as catalog_router
 from app.core.config import Settings
 from app.core.db import make_engine, make_sessionmaker
+from app.core.limits import BodyLimitMiddleware
 from app.core.metrics import Metrics
 from app.core.migrate import head_revision
 from app.core.problems import PROBLEM_MEDIA_TYPE, install_handlers
@@ -68,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.migration_head = head_revision()
 
     install_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.include_router(plans_router)
     app.include_router(evaluations_router)
     app.include_router(catalog_router)

@@ -21,6 +21,7 @@ from app.core.types import (
     MemoryGib,
     PeakTflopsValue,
     PriceUsd,
+    Reference,
     Size,
 )
 
@@ -101,7 +102,7 @@ class ClusterSpecIn(BaseModel):
     model_config = ConfigDict(extra="forbid", title="ClusterSpec", json_schema_extra={"examples": [CLUSTER_EXAMPLE]})
 
     name: EntryName
-    gpu: str | GpuSpecIn = Field(description="a catalog GPU name or an inline GPU spec")
+    gpu: Reference | GpuSpecIn = Field(description="a catalog GPU name or an inline GPU spec")
     gpus_per_node: Size
     num_nodes: Size
     intra_node_gbytes_per_s: LinkGbytesPerS

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from typing import Mapping
 
 DEFAULT_DATABASE_URL = "sqlite:///./partitura.db"
+# Large enough for a measured profile of a 1,024-layer model (about 300 bytes a layer) many times
+# over; a plan or evaluation request is a few kilobytes.
+DEFAULT_MAX_BODY_BYTES = 4 * 2**20
 
 
 def database_url_with_driver(url: str) -> str:
@@ -65,6 +68,8 @@ class Settings:
     # A search that has not returned this long after its budget is abandoned (a safety net:
     # the solver honours the budget itself and returns the best plan found so far).
     solver_grace_s: float = 30.0
+    # Larger request bodies are answered 413 (app.core.limits).
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> "Settings":
@@ -76,4 +81,5 @@ class Settings:
             plan_time_budget_s=_positive_float(env, "PARTITURA_PLAN_TIME_BUDGET_S", 30.0),
             retry_after_s=_int_at_least(env, "PARTITURA_RETRY_AFTER_S", 5, 1),
             solver_grace_s=_positive_float(env, "PARTITURA_SOLVER_GRACE_S", 30.0),
+            max_body_bytes=_int_at_least(env, "PARTITURA_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, 1024),
         )

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from app.core.types import PositiveInt, not_given
+from app.core.types import LIST_MAX_ITEMS, PositiveInt, not_given
 from solver.spec.dimensions import DIMENSIONS, NUM_GPUS, Dimension, Kind
 from solver.spec.parallel import ParallelConfig
 from solver.spec.training import Recompute
@@ -42,6 +42,6 @@ def constraint_fields(int_rule: Any) -> dict[str, Any]:
     fields = {}
     for d in (*DIMENSIONS, NUM_GPUS):
         value = value_type(d)
-        annotation = int_rule | None if d.ranged else value | list[value] | None
+        annotation = int_rule | None if d.ranged else value | Annotated[list[value], Field(max_length=LIST_MAX_ITEMS)] | None
         fields[d.name] = (annotation, not_given(d.description))
     return fields

@@ -24,6 +24,19 @@ PROBLEM_TYPE_BASE = "urn:partitura:problem:"
 
 logger = logging.getLogger("partitura.errors")
 
+# What a problem document quotes back is clipped: a 10 MB value in a request must not come back
+# doubled in the error. Enough for any real field path, reason or name.
+DETAIL_MAX_CHARS = 1000
+REASON_MAX_CHARS = 500
+FIELD_MAX_CHARS = 200
+ERRORS_MAX = 50
+
+
+def clip(text: Any, limit_chars: int) -> str:
+    """``text`` as a string of at most ``limit_chars`` characters (an ellipsis marks a cut)."""
+    text = str(text)
+    return text if len(text) <= limit_chars else text[: limit_chars - 1] + "…"
+
 
 @dataclass(eq=False)
 class Problem(Exception):
@@ -43,14 +56,17 @@ class Problem(Exception):
             "type": self.slug if self.slug == "about:blank" else PROBLEM_TYPE_BASE + self.slug,
             "title": self.title,
             "status": self.status,
-            "detail": self.detail,
+            "detail": clip(self.detail, DETAIL_MAX_CHARS),
         }
         if instance:
-            body["instance"] = instance
+            body["instance"] = clip(instance, FIELD_MAX_CHARS)
         if self.errors:
-            body["errors"] = self.errors
+            body["errors"] = [
+                {"field": clip(e["field"], FIELD_MAX_CHARS), "reason": clip(e["reason"], REASON_MAX_CHARS)}
+                for e in self.errors[:ERRORS_MAX]
+            ]
         if self.suggestions is not None:
-            body["suggestions"] = self.suggestions
+            body["suggestions"] = [clip(s, FIELD_MAX_CHARS) for s in self.suggestions]
         body.update(self.extra)
         return body
 
@@ -77,7 +93,7 @@ def not_found(kind: str, name: str, suggestions: list[str] | None = None) -> Pro
     return Problem(
         status=404,
         title=f"Unknown {kind}",
-        detail=f"no {kind} named {name!r}{hint}",
+        detail=f"no {kind} named {clip(repr(name), FIELD_MAX_CHARS)}{hint}",
         slug="not-found",
         suggestions=list(suggestions or []),
     )
@@ -98,7 +114,7 @@ def _is_union_tag(part: Any) -> bool:
     if not isinstance(part, str):
         return False
     return part in {"str", "int", "float", "bool", "list[int]", "list[str]", "list[bool]"} or (
-        part[:1].isupper() or "[" in part
+        part[:1].isupper() or "[" in part or part.startswith("constrained-")
     )
 
 

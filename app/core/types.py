@@ -20,6 +20,12 @@ PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
 EntryName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+# A reference to a catalog entry or a stored profile by name or id: bounded, so a 10 MB name is a
+# 422 and not a 10 MB search for suggestions (the lookup says whether it exists).
+Reference = Annotated[str, Field(min_length=1, max_length=128)]
+# Lists a request may carry: allowed values of a dimension, layers per pipeline chunk (a chunk
+# holds at least one of at most 1,024 layers).
+LIST_MAX_ITEMS = 1024
 
 
 def _is_none(value: object) -> bool:

@@ -3,13 +3,13 @@ verdict that plans share."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from app.catalog.schemas import ClusterSpecIn, ModelSpecIn
 from app.core.dimensions import parallel_fields
-from app.core.types import NonNegativeInt, PositiveInt, Size, TrainTokens, not_given
+from app.core.types import LIST_MAX_ITEMS, NonNegativeInt, PositiveInt, Reference, Size, TrainTokens, not_given
 
 
 class Training(BaseModel):
@@ -55,11 +55,11 @@ Parallel = create_model(
     # The dimensions, from the solver's registry (solver.spec.dimensions).
     **parallel_fields(),
     stage_layers=(
-        list[NonNegativeInt] | None,
+        Annotated[list[NonNegativeInt], Field(max_length=LIST_MAX_ITEMS)] | None,
         Field(None, description="layers per pipeline chunk (pp_size x virtual_stages entries); null: the uniform split"),
     ),
     full_recompute_layers=(
-        list[NonNegativeInt] | None,
+        Annotated[list[NonNegativeInt], Field(max_length=LIST_MAX_ITEMS)] | None,
         Field(None, description="per chunk, how many of its layers are fully recomputed; null: all follow recompute"),
     ),
 )
@@ -83,12 +83,12 @@ class EvaluationRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [EVALUATION_EXAMPLE]})
 
-    model: str | ModelSpecIn
-    cluster: str | ClusterSpecIn
+    model: Reference | ModelSpecIn
+    cluster: Reference | ClusterSpecIn
     num_gpus: PositiveInt | None = None
     training: Training
     parallel: Parallel
-    profile_id: str | None = Field(
+    profile_id: Reference | None = Field(
         None, description="a measured profile (POST /v1/profiles) to predict from instead of the analytic model"
     )
 

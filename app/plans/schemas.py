@@ -15,7 +15,7 @@ from app.catalog.schemas import (
     StoredModelSpec,
 )
 from app.core.dimensions import constraint_fields
-from app.core.types import DeadlineS, MemoryFraction, PositiveFloat, PositiveInt, PriceUsd, not_given
+from app.core.types import LIST_MAX_ITEMS, DeadlineS, MemoryFraction, PositiveFloat, PositiveInt, PriceUsd, Reference, not_given
 from app.evaluations.schemas import Memory, MemoryBreakdown, Parallel, PipelineStage, PredictionOut, Training
 from app.profiles.schemas import ProfileDocumentOut
 
@@ -34,7 +34,7 @@ class IntRange(BaseModel):
     max: StrictInt | None = not_given()
 
 
-IntRule = StrictInt | list[StrictInt] | IntRange
+IntRule = StrictInt | Annotated[list[StrictInt], Field(max_length=LIST_MAX_ITEMS)] | IntRange
 
 
 ConstraintsIn = create_model(
@@ -81,8 +81,8 @@ class PlanRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [PLAN_EXAMPLE]})
 
-    model: str | ModelSpecIn
-    cluster: str | ClusterSpecIn
+    model: Reference | ModelSpecIn
+    cluster: Reference | ClusterSpecIn
     num_gpus: PositiveInt | None = None
     training: Training
     objective: Objective = "max_throughput"
@@ -91,7 +91,7 @@ class PlanRequest(BaseModel):
     deadline_s: DeadlineS | None = Field(None, description="for min_gpus: the time to train to meet")
     gpu_hour_price_usd: PriceUsd | None = Field(None, description="for min_cost; overrides the cluster's price")
     time_budget_s: PositiveFloat | None = None
-    profile_id: str | None = Field(
+    profile_id: Reference | None = Field(
         None, description="a measured profile (POST /v1/profiles) to plan from instead of the analytic model"
     )
 

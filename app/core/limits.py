@@ -1,0 +1,70 @@
+"""Bounded input: a request body larger than the service takes (``Settings.max_body_bytes``) is
+answered 413 before it is read whole, so a huge value cannot fill the server's memory. (What a
+problem document quotes back is clipped in ``app.core.problems``.)"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.core.problems import PROBLEM_MEDIA_TYPE, Problem
+
+
+def too_large(limit_bytes: int) -> Problem:
+    return Problem(
+        status=413,
+        title="Request body too large",
+        detail=f"the request body is larger than {limit_bytes} bytes, the most this service takes",
+        slug="body-too-large",
+    )
+
+
+class BodyLimitMiddleware:
+    """Answer 413 when ``Content-Length`` says the body is over ``max_body_bytes``; a body sent
+    without a length (chunked) is read first, up to the limit, and answered 413 once it passes it
+    (the framework would otherwise swallow an error raised while it parses the body)."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None:
+            if declared.isdigit() and int(declared) > self.max_body_bytes:
+                await self._refuse(scope, send)
+                return
+            await self.app(scope, receive, send)  # the server holds the body to its length
+            return
+        buffered: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            buffered.append(message)
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > self.max_body_bytes:
+                await self._refuse(scope, send)
+                return
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            return buffered.pop(0) if buffered else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, send: Send) -> None:
+        body = json.dumps(too_large(self.max_body_bytes).to_dict(instance=scope.get("path"))).encode()
+        await send({
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", PROBLEM_MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode()),
+                        (b"connection", b"close")],
+        })
+        await send({"type": "http.response.body", "body": body})

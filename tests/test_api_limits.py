@@ -1,0 +1,90 @@
+"""Issue 17, defect 4: bounded input, through HTTP on SQLite and Postgres. A body over the limit is
+a 413 before it is read whole; every list and name a request may carry has a length; a problem
+document never quotes back more than a clipped piece of what it was sent."""
+
+from __future__ import annotations
+
+import copy
+
+import httpx
+import pytest
+
+from app.core.config import DEFAULT_MAX_BODY_BYTES
+from app.profiles.schemas import PROFILE_EXAMPLE
+from conftest import assert_problem, error_fields, unique_name
+
+TRAINING = {"global_batch_size": 64, "seq_length": 2048}
+# The most a problem document may take however large the input: detail, fields and reasons are
+# clipped (app.core.problems).
+PROBLEM_MAX_BYTES = 8 * 1024
+
+
+def test_a_body_over_the_limit_is_a_413_problem(api):
+    body = {"model": "gpt3-350m", "cluster": "dgx-a100-80gb-x1", "training": TRAINING,
+            "constraints": {"tp_size": [1] * (DEFAULT_MAX_BODY_BYTES // 2)}}
+    response = api.post("/v1/plans", json=body)
+    problem = assert_problem(response, 413)
+    assert problem["title"] == "Request body too large" and str(DEFAULT_MAX_BODY_BYTES) in problem["detail"]
+    assert len(response.content) < PROBLEM_MAX_BYTES
+
+
+def test_a_body_sent_without_a_length_is_cut_off_at_the_limit(live_server):
+    def chunks():
+        yield b'{"model": "gpt3-350m", "cluster": "dgx-a100-80gb-x1", "training": {"global_batch_size": 64, '
+        filler = b" " * 65536
+        for _ in range(DEFAULT_MAX_BODY_BYTES // len(filler) + 2):
+            yield filler
+        yield b'"seq_length": 2048}}'
+
+    with httpx.Client(base_url=live_server.base_url, timeout=60) as client:
+        response = client.post("/v1/evaluations", content=chunks(), headers={"content-type": "application/json"})
+    assert "content-length" not in {k.lower() for k in response.request.headers}
+    assert_problem(response, 413)
+
+
+def test_a_long_model_name_is_a_small_422(api):
+    name = "x" * 200_000
+    response = api.post("/v1/plans", json={"model": name, "cluster": "dgx-a100-80gb-x1", "training": TRAINING})
+    problem = assert_problem(response, 422)
+    assert "body.model" in error_fields(problem)
+    assert len(response.content) < PROBLEM_MAX_BYTES
+
+
+@pytest.mark.parametrize("constraints, field", [
+    ({"tp_size": [1] * 5000}, "body.constraints.tp_size"),
+    ({"recompute": ["none"] * 5000}, "body.constraints.recompute"),
+    ({"sequence_parallel": [True] * 5000}, "body.constraints.sequence_parallel"),
+])
+def test_a_long_list_of_allowed_values_is_a_422(api, constraints, field):
+    body = {"model": "gpt3-350m", "cluster": "dgx-a100-80gb-x1", "training": TRAINING, "constraints": constraints}
+    response = api.post("/v1/plans", json=body)
+    problem = assert_problem(response, 422)
+    assert field in error_fields(problem)
+    assert len(response.content) < PROBLEM_MAX_BYTES
+
+
+def test_a_long_per_chunk_list_is_a_422(api):
+    body = {"model": "gpt3-350m", "cluster": "dgx-a100-80gb-x1", "training": TRAINING,
+            "parallel": {"dp_size": 8, "stage_layers": [1] * 5000}}
+    problem = assert_problem(api.post("/v1/evaluations", json=body), 422)
+    assert "body.parallel.stage_layers" in error_fields(problem)
+
+
+def test_an_error_quotes_back_only_a_clipped_piece_of_a_huge_value(api):
+    """The profile parser's reason quotes the bad value (``got '...'``); the answer clips it."""
+    document = copy.deepcopy(PROFILE_EXAMPLE)
+    document["model"]["name"] = unique_name("clip")
+    document["layers"][1]["kind"] = "transformer" * 100_000  # 1.1 MB, under the body limit
+    response = api.post("/v1/profiles", json=document)
+    problem = assert_problem(response, 422)
+    assert "body.layers[1].kind" in error_fields(problem) or "layers[1].kind" in problem["detail"]
+    assert "…" in problem["detail"]
+    assert len(response.content) < PROBLEM_MAX_BYTES
+
+
+def test_a_catalog_entry_posted_with_an_unknown_long_gpu_name_is_a_small_answer(api):
+    cluster = {"name": "long-gpu-name", "gpu": "g" * 100_000, "gpus_per_node": 8, "num_nodes": 1,
+               "intra_node_gbytes_per_s": 300.0, "inter_node_gbytes_per_s": 25.0}
+    response = api.post("/v1/catalog/clusters", json=cluster)
+    assert response.status_code == 422, response.text
+    assert len(response.content) < PROBLEM_MAX_BYTES
