@@ -13,7 +13,7 @@ from fastapi.routing import APIRoute
 from app.catalog.router import router as catalog_router
 from app.core.config import Settings
 from app.core.db import make_engine, make_sessionmaker
-from app.core.limits import BodyLimitMiddleware
+from app.core.limits import BodyLimitMiddleware, JsonOnlyMiddleware
 from app.core.metrics import Metrics
 from app.core.migrate import head_revision
 from app.core.problems import PROBLEM_MEDIA_TYPE, install_handlers
@@ -69,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.migration_head = head_revision()
 
     install_handlers(app)
+    app.add_middleware(JsonOnlyMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.include_router(plans_router)
     app.include_router(evaluations_router)
@@ -92,6 +93,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
+# What any operation that takes a body may answer before its own handler runs (app.core.limits).
+BODY_PROBLEMS = {
+    "413": "The request body is larger than the service takes (PARTITURA_MAX_BODY_BYTES)",
+    "415": "The request body is not JSON",
+}
+
+
 def _serve_problem_media_type(app: FastAPI) -> None:
     """Error responses are documented as ``application/problem+json``, the type they are sent as."""
     generate = app.openapi
@@ -105,6 +113,12 @@ def _serve_problem_media_type(app: FastAPI) -> None:
                         content = response.get("content", {})
                         if status_code[:1] in "45" and "application/json" in content:
                             content[PROBLEM_MEDIA_TYPE] = content.pop("application/json")
+                    if "requestBody" in operation:
+                        for status_code, description in BODY_PROBLEMS.items():
+                            operation["responses"].setdefault(status_code, {
+                                "description": description,
+                                "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/ProblemDocument"}}},
+                            })
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -15,6 +15,7 @@ from pydantic import MISSING, BaseModel, ConfigDict, Field
 from app.core.types import (
     Efficiency,
     EntryName,
+    Flag,
     HbmGbytesPerS,
     LatencyUs,
     LinkGbytesPerS,
@@ -78,7 +79,7 @@ class ModelSpecIn(BaseModel):
     vocab_size: Size
     seq_length: Size
     mlp_activation: Literal["gelu", "swiglu"] = "gelu"
-    tied_embeddings: bool = True
+    tied_embeddings: Flag = True
     architecture: Literal["decoder", "encoder"] = "decoder"
     position_embedding: Literal["learned", "none"] = "learned"
 

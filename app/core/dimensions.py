@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from app.core.types import LIST_MAX_ITEMS, PositiveInt, not_given
+from app.core.types import LIST_MAX_ITEMS, Flag, PositiveInt, not_given
 from solver.spec.dimensions import DIMENSIONS, NUM_GPUS, Dimension, Kind
 from solver.spec.parallel import ParallelConfig
 from solver.spec.training import Recompute
@@ -23,7 +23,7 @@ def value_type(dimension: Dimension) -> Any:
         Kind.COUNT: PositiveInt,
         Kind.ZERO: ZeroStageNumber,
         Kind.RECOMPUTE: RecomputeName,
-        Kind.FLAG: bool,
+        Kind.FLAG: Flag,
     }[dimension.kind]
 
 

@@ -68,3 +68,40 @@ class BodyLimitMiddleware:
                         (b"connection", b"close")],
         })
         await send({"type": "http.response.body", "body": body})
+
+
+BODY_METHODS = {"POST", "PUT", "PATCH"}
+
+
+def unsupported_media_type(content_type: str) -> Problem:
+    return Problem(
+        status=415,
+        title="Unsupported media type",
+        detail=f"request bodies are JSON (content-type application/json), got {content_type or 'none'!r}"[:300],
+        slug="unsupported-media-type",
+    )
+
+
+class JsonOnlyMiddleware:
+    """Answer 415 when a request with a body says it is not JSON (``application/json`` or a
+    ``+json`` type), instead of failing to read it as JSON (a 422 that blames the fields)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("method") in BODY_METHODS:
+            headers = dict(scope.get("headers") or [])
+            length = headers.get(b"content-length")
+            has_body = length is None and b"transfer-encoding" in headers or (length is not None and length != b"0")
+            media_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower().decode("latin-1")
+            if has_body and not (media_type == "application/json" or media_type.endswith("+json")):
+                body = json.dumps(unsupported_media_type(media_type).to_dict(instance=scope.get("path"))).encode()
+                await send({
+                    "type": "http.response.start",
+                    "status": 415,
+                    "headers": [(b"content-type", PROBLEM_MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode())],
+                })
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, StrictBool
 
 from solver.cost import evaluate
 from solver.search import request
@@ -16,9 +16,12 @@ PositiveInt = Annotated[int, Field(strict=True, ge=1)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
 # An upper bound on structural sizes keeps a typo (1e12 layers) from becoming a minutes-long solve.
 Size = Annotated[int, Field(strict=True, ge=1, le=2**24)]
-PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+# Numbers must be JSON numbers and flags JSON booleans: `true` is not 1.0, `0` is not false, "3" is
+# not 3.0 (strict; a JSON integer is still a number).
+PositiveFloat = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
+NonNegativeFloat = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(strict=True, gt=0, le=1, allow_inf_nan=False)]
+Flag = StrictBool
 EntryName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 # A reference to a catalog entry or a stored profile by name or id: bounded, so a 10 MB name is a
 # 422 and not a 10 MB search for suggestions (the lookup says whether it exists).
@@ -43,7 +46,7 @@ def not_given(description: str | None = None) -> Any:
 # the API's units here), so an out-of-range figure is a 422 naming the field, never an infinite
 # prediction: see solver.spec.hardware, solver.spec.training and solver.cost.evaluate.
 def _in_range(low: float, high: float, scale: float = 1.0) -> Any:
-    return Annotated[float, Field(ge=low / scale, le=high / scale, allow_inf_nan=False)]
+    return Annotated[float, Field(strict=True, ge=low / scale, le=high / scale, allow_inf_nan=False)]
 
 
 Efficiency = _in_range(*hardware.EFFICIENCY_RANGE)
@@ -53,6 +56,6 @@ HbmGbytesPerS = _in_range(*hardware.HBM_BYTES_PER_S_RANGE, scale=1e9)
 LinkGbytesPerS = _in_range(*hardware.LINK_BYTES_PER_S_RANGE, scale=1e9)
 LatencyUs = _in_range(*hardware.LATENCY_S_RANGE, scale=1e-6)
 PriceUsd = _in_range(*hardware.GPU_HOUR_PRICE_USD_RANGE)
-TrainTokens = Annotated[float, Field(gt=0, le=training.TRAIN_TOKENS_MAX, allow_inf_nan=False)]
+TrainTokens = Annotated[float, Field(strict=True, gt=0, le=training.TRAIN_TOKENS_MAX, allow_inf_nan=False)]
 MemoryFraction = _in_range(*evaluate.MEMORY_FRACTION_RANGE)
 DeadlineS = _in_range(*request.DEADLINE_S_RANGE)

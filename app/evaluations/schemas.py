@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from app.catalog.schemas import ClusterSpecIn, ModelSpecIn
 from app.core.dimensions import parallel_fields
-from app.core.types import LIST_MAX_ITEMS, NonNegativeInt, PositiveInt, Reference, Size, TrainTokens, not_given
+from app.core.types import LIST_MAX_ITEMS, Flag, NonNegativeInt, PositiveInt, Reference, Size, TrainTokens, not_given
 
 
 class Training(BaseModel):
@@ -29,13 +29,13 @@ class Training(BaseModel):
     precision: Literal["fp16", "bf16", "fp8"] = "bf16"
     optimizer: Literal["adam", "sgd"] = "adam"
     train_tokens: TrainTokens | None = not_given()
-    flash_attention: bool = True
+    flash_attention: Flag = True
     # False: the framework reduces data-parallel gradients only after the backward pass ends
     # (Megatron-LM's local DDP, DeepSpeed's pipeline engine) instead of overlapping them with it.
-    overlap_grad_reduce: bool = True
+    overlap_grad_reduce: Flag = True
     # False: element-wise work runs as one eager PyTorch kernel per operation (Hugging Face or
     # DeepLearningExamples style model code) instead of Megatron-style fused kernels.
-    fused_kernels: bool = True
+    fused_kernels: Flag = True
 
 
 Parallel = create_model(

@@ -15,7 +15,7 @@ from app.catalog.schemas import (
     StoredModelSpec,
 )
 from app.core.dimensions import constraint_fields
-from app.core.types import LIST_MAX_ITEMS, DeadlineS, MemoryFraction, PositiveFloat, PositiveInt, PriceUsd, Reference, not_given
+from app.core.types import LIST_MAX_ITEMS, DeadlineS, Flag, MemoryFraction, PositiveFloat, PositiveInt, PriceUsd, Reference, not_given
 from app.evaluations.schemas import Memory, MemoryBreakdown, Parallel, PipelineStage, PredictionOut, Training
 from app.profiles.schemas import ProfileDocumentOut
 
@@ -57,7 +57,7 @@ ConstraintsIn = create_model(
     # The dimensions, from the solver's registry (solver.spec.dimensions), then the options.
     **constraint_fields(IntRule),
     max_memory_fraction=(MemoryFraction | None, not_given("usable fraction of each GPU's memory")),
-    allow_tp_across_nodes=(bool | None, not_given()),
+    allow_tp_across_nodes=(Flag | None, not_given()),
     framework=(Framework | None, not_given()),
 )
 
