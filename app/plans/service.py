@@ -39,12 +39,16 @@ class PlanOutcome:
     created: bool  # False: an identical request was planned before; this is the stored plan
 
 
-def normalise(body: schemas.PlanRequest, time_budget_s: float) -> dict[str, Any]:
+def normalise(body: schemas.PlanRequest, time_budget_s: float, cluster_num_gpus: int) -> dict[str, Any]:
     """The request with defaults filled in and unset options dropped: equal requests are equal
-    documents, whatever optional fields the client spelled out."""
+    documents, whatever optional fields the client spelled out. A request that leaves
+    ``num_gpus`` out plans on every GPU of the cluster unless a ``num_gpus`` constraint or the
+    min_gpus objective asks for a range, so it is written with that count, as one that names it."""
     request = body.model_dump(mode="json", exclude_none=True)
     request["time_budget_s"] = time_budget_s
     request.setdefault("constraints", {})
+    if "num_gpus" not in request and "num_gpus" not in request["constraints"] and request.get("objective") != "min_gpus":
+        request["num_gpus"] = cluster_num_gpus
     return request
 
 
@@ -178,7 +182,7 @@ def create_plan(
         resolved = replace(
             resolved, snapshot={**resolved.snapshot, "profile": {"id": body.profile_id, "document": profile_document(document)}}
         )
-    request = normalise(body, time_budget_s)
+    request = normalise(body, time_budget_s, resolved.cluster.num_gpus)
     digest = request_hash(request, resolved.snapshot, versions)
     search_request = _search_request(body, resolved, time_budget_s, profile)
 
