@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from solver.spec.errors import SpecError
 
@@ -163,6 +164,19 @@ def validation_errors(raw_errors: list[dict[str, Any]]) -> list[dict[str, str]]:
     return kept
 
 
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """Every method some route answers at the request's path. Starlette's 405 names only the
+    first route that matches the path (``/v1/plans`` answers GET and POST from two routes)."""
+    return [
+        method
+        for method in HTTP_METHODS
+        if any(route.matches({**request.scope, "method": method})[0] is Match.FULL for route in app.router.routes)
+    ]
+
+
 def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(Problem)
     async def _problem(request: Request, problem: Problem) -> JSONResponse:
@@ -185,7 +199,10 @@ def install_handlers(app: FastAPI) -> None:
         detail = str(error.detail)
         if error.status_code == 404 and detail == "Not Found":
             detail = f"no resource at {request.url.path}"
-        problem = Problem(error.status_code, title, detail, headers=dict(error.headers or {}))
+        headers = dict(error.headers or {})
+        if error.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(app, request))
+        problem = Problem(error.status_code, title, detail, headers=headers)
         return problem_response(problem, request)
 
     @app.exception_handler(OperationalError)
