@@ -17,6 +17,7 @@ from app.core.limits import BodyLimitMiddleware, JsonOnlyMiddleware
 from app.core.metrics import Metrics
 from app.core.migrate import head_revision
 from app.core.problems import PROBLEM_MEDIA_TYPE, install_handlers
+from app.core.single_flight import SingleFlight
 from app.core.solver_pool import SolverPool
 from app.core.versions import current_versions
 from app.evaluations.router import router as evaluations_router
@@ -64,6 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.sessionmaker = make_sessionmaker(engine)
     app.state.solver_pool = pool
+    app.state.single_flight = SingleFlight()
     app.state.metrics = Metrics()
     app.state.versions = current_versions()
     app.state.migration_head = head_revision()

@@ -56,6 +56,11 @@ class Metrics:
             "Searches whose plan an identical concurrent request had already stored (unique key hit).",
             registry=self.registry,
         )
+        self.plan_requests_coalesced = Counter(
+            "partitura_plan_requests_coalesced",
+            "Plan requests answered with the plan of an identical request that was searching when they came.",
+            registry=self.registry,
+        )
         self.solver_rejections = Counter(
             "partitura_solver_rejections",
             "Plan requests answered 503 because the solver pool was saturated.",

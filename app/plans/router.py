@@ -35,8 +35,13 @@ def create_plan(
 ) -> Plan:
     """Search for the best parallel configurations. An infeasible request is a result (status
     "infeasible" with an explanation), not an error."""
-    outcome = service.create_plan(session, pool, metrics, settings, request.app.state.versions, body)
-    session.commit()
+    outcome = service.create_plan(
+        session, pool, metrics, settings, request.app.state.versions, body, request.app.state.single_flight
+    )
+    try:
+        session.commit()
+    finally:
+        outcome.release()
     response.headers["Location"] = f"/v1/plans/{outcome.document.id}"
     if not outcome.created:
         response.status_code = status.HTTP_200_OK

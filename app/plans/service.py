@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -18,6 +20,7 @@ from app.core.db import utc_now
 from app.core.metrics import Metrics
 from app.core.pagination import decode_cursor, encode_cursor
 from app.core.problems import Problem, from_spec_error, not_found
+from app.core.single_flight import SingleFlight
 from app.core.solver_pool import SolverPool, SolverSaturated, SolverUnavailable
 from app.core.versions import Versions
 from app.evaluations.service import check_num_gpus, training_spec
@@ -33,10 +36,16 @@ from solver.spec.errors import SpecError
 MAX_PAGE_SIZE = 100
 
 
+def _nothing_to_release() -> None:
+    """The release of an outcome no other request waits for."""
+
+
 @dataclass(frozen=True)
 class PlanOutcome:
     document: schemas.Plan
     created: bool  # False: an identical request was planned before; this is the stored plan
+    # Wakes identical requests waiting for this one; the caller calls it once the plan is committed.
+    release: Callable[[], None] = _nothing_to_release
 
 
 def normalise(body: schemas.PlanRequest, time_budget_s: float, cluster_num_gpus: int) -> dict[str, Any]:
@@ -168,10 +177,18 @@ def _solve(pool: SolverPool, metrics: Metrics, settings: Settings, search_reques
 
 
 def create_plan(
-    session: Session, pool: SolverPool, metrics: Metrics, settings: Settings, versions: Versions, body: schemas.PlanRequest
+    session: Session,
+    pool: SolverPool,
+    metrics: Metrics,
+    settings: Settings,
+    versions: Versions,
+    body: schemas.PlanRequest,
+    flights: SingleFlight | None = None,
 ) -> PlanOutcome:
     """Answer a plan request: the stored plan if this exact request was planned before,
-    otherwise search and store. Leaves the new plan flushed, for the caller to commit."""
+    otherwise search and store. Leaves the new plan flushed, for the caller to commit and then to
+    call ``release``. With ``flights``, an identical request already searching in this process
+    is awaited instead of searched again."""
     time_budget_s = min(body.time_budget_s or settings.plan_time_budget_s, settings.plan_time_budget_s)
     resolved = resolve(session, body.model, body.cluster)
     profile = None
@@ -192,6 +209,30 @@ def create_plan(
     # End the read transaction before the search: no lock or connection is held while solving.
     session.rollback()
 
+    release = _nothing_to_release
+    if flights is not None:
+        leader, event = flights.join(digest)
+        if not leader:
+            event.wait(timeout=time_budget_s + settings.solver_grace_s)
+            session.rollback()  # a fresh snapshot, which holds the leader's plan
+            stored = repository.get_by_hash(session, digest)
+            if stored is not None:
+                metrics.plan_requests_coalesced.inc()
+                return PlanOutcome(plan_document(stored), created=False)
+            # The leader failed (or is still running past its budget): search for this one.
+        else:
+            release = functools.partial(flights.release, digest, event)
+    try:
+        return _search_and_add(session, pool, metrics, settings, versions, request, resolved, digest, search_request, release)
+    except BaseException:
+        release()
+        raise
+
+
+def _search_and_add(
+    session: Session, pool: SolverPool, metrics: Metrics, settings: Settings, versions: Versions,
+    request: dict[str, Any], resolved: Resolved, digest: str, search_request: SearchRequest, release: Callable[[], None],
+) -> PlanOutcome:
     result = _solve(pool, metrics, settings, search_request)
     plan = _plan_row(request, resolved, result, versions, digest)
     try:
@@ -203,9 +244,9 @@ def create_plan(
         if stored is None:
             raise
         metrics.plan_insert_races.inc()
-        return PlanOutcome(plan_document(stored), created=False)
+        return PlanOutcome(plan_document(stored), created=False, release=release)
     metrics.plans_created.labels(status=plan.status).inc()
-    return PlanOutcome(plan_document(plan), created=True)
+    return PlanOutcome(plan_document(plan), created=True, release=release)
 
 
 def _unknown_plan(session: Session, plan_id: str) -> Problem:
