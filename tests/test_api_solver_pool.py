@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from app.core.solver_pool import SolverPool, SolverSaturated, SolverUnavailable
+from solver.spec.errors import SpecError
 
 
 def test_saturation_refuses_at_once_and_frees_its_slots():
@@ -38,3 +44,109 @@ def test_a_call_past_its_deadline_is_stopped_and_the_pool_recovers():
         assert pool.run(abs, -7, timeout_s=60) == 7
     finally:
         pool.shutdown()
+
+
+def test_an_overrunning_search_stops_alone_and_searches_beside_it_finish():
+    """Issue 17, defect 1: only the overrunning search's process is stopped; a search running
+    beside it returns its result (the old pool terminated every worker, failing both)."""
+    pool = SolverPool(workers=2, queue_depth=0, retry_after_s=3)
+    try:
+        with ThreadPoolExecutor(2) as callers:
+            slow = callers.submit(pool.run, time.sleep, 600, timeout_s=1.0)
+            time.sleep(0.2)
+            steady = callers.submit(pool.run, _sleep_then_return, 3.0, "done", timeout_s=60)
+            with pytest.raises(SolverUnavailable):
+                slow.result(timeout=120)
+            assert steady.result(timeout=120) == "done"
+        assert pool.in_use == 0
+        assert pool.run(abs, -5, timeout_s=60) == 5
+    finally:
+        pool.shutdown()
+
+
+def test_time_waiting_for_a_worker_does_not_count_against_a_deadline():
+    """A search queued behind another starts its deadline when it starts: with one worker, a
+    0.1 s search given 2 s waits about 3 s for the worker and still returns."""
+    pool = SolverPool(workers=1, queue_depth=1, retry_after_s=3)
+    try:
+        assert pool.run(abs, -1, timeout_s=60) == 1  # the worker is up
+        with ThreadPoolExecutor(2) as callers:
+            first = callers.submit(pool.run, _sleep_then_return, 3.0, "first", timeout_s=60)
+            time.sleep(0.2)
+            queued = callers.submit(pool.run, _sleep_then_return, 0.1, "queued", timeout_s=2.0)
+            assert first.result(timeout=120) == "first"
+            assert queued.result(timeout=120) == "queued"
+    finally:
+        pool.shutdown()
+
+
+def test_an_exception_in_a_search_reaches_the_caller_as_itself():
+    pool = SolverPool(workers=1, queue_depth=0, retry_after_s=3)
+    try:
+        with pytest.raises(SpecError) as error:
+            pool.run(_raise_spec_error, timeout_s=60)
+        assert (error.value.field, error.value.reason) == ("model.hidden_size", "must be positive")
+        assert pool.run(abs, -2, timeout_s=60) == 2  # the worker survives an exception
+    finally:
+        pool.shutdown()
+
+
+def test_a_worker_exits_when_the_pool_shuts_down():
+    pool = SolverPool(workers=1, queue_depth=0, retry_after_s=3)
+    assert pool.run(abs, -1, timeout_s=60) == 1
+    process = pool._all[0].process
+    assert process is not None and process.is_alive()
+    pool.shutdown()
+    process.join(timeout=10)
+    assert not process.is_alive()
+    with pytest.raises(SolverUnavailable):
+        pool.run(abs, -1, timeout_s=60)
+
+
+def _sleep_then_return(seconds: float, value: str) -> str:
+    time.sleep(seconds)
+    return value
+
+
+def _raise_spec_error() -> None:
+    raise SpecError("model.hidden_size", "must be positive")
+
+
+def test_workers_exit_when_their_server_is_killed(tmp_path):
+    """Issue 17, defect 7: after kill -9 of the process that owns the pool, its solver processes
+    exit (the end of their pipe closes) instead of living on as orphans."""
+    script = tmp_path / "owner.py"
+    script.write_text(
+        "import time\n"
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "from app.core.solver_pool import SolverPool\n"
+        "if __name__ == '__main__':  # spawned workers import this file again\n"
+        "    pool = SolverPool(workers=2, queue_depth=0, retry_after_s=1)\n"
+        "    with ThreadPoolExecutor(2) as t:\n"
+        "        list(t.map(lambda _: pool.run(abs, -1, timeout_s=60), range(2)))\n"
+        "    print(' '.join(str(w.process.pid) for w in pool._all), flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).resolve().parent.parent)
+    try:
+        worker_pids = [int(pid) for pid in owner.stdout.readline().split()]
+        assert len(worker_pids) == 2 and all(_alive(pid) for pid in worker_pids)
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while any(_alive(pid) for pid in worker_pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(pid) for pid in worker_pids)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not yet reaped, counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"

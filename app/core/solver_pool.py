@@ -1,23 +1,29 @@
-"""A process pool for CPU-bound searches, with bounded concurrency and a per-call deadline.
+"""A pool of solver processes for CPU-bound searches, with bounded concurrency and a deadline per
+search that starts when the search starts.
 
 At most ``workers`` searches run at once and at most ``queue_depth`` more wait; a call past that
 is refused at once with ``SolverSaturated`` (the API answers 503 with Retry-After) instead of
-queueing without bound. Workers are spawned, not forked, so they never inherit the server's
-threads or database connections.
+queueing without bound. Each worker is a process of its own that runs one search at a time; a
+search that overruns its deadline stops only its own process (a fresh one replaces it when next
+needed), so the searches beside it and those waiting are untouched. Time spent waiting for a
+worker does not count against a search's deadline. Workers are spawned, not forked, so they never
+inherit the server's threads or database connections, and they exit when the server's end of
+their pipe closes (the server stopped or was killed), so none is left behind.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import queue
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
+from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+_SPAWN = multiprocessing.get_context("spawn")
 
 
 class SolverSaturated(Exception):
@@ -29,7 +35,70 @@ class SolverSaturated(Exception):
 
 
 class SolverUnavailable(Exception):
-    """The search did not come back (deadline passed, or a worker died)."""
+    """The search did not come back (its deadline passed, or its worker died, or the pool is
+    shutting down)."""
+
+
+def _serve(connection: Connection) -> None:
+    """A worker's loop: run each (function, args) it is sent and send back ("ok", result) or
+    ("error", exception); stop when the server closes its end."""
+    while True:
+        try:
+            task = connection.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        function, args = task
+        try:
+            reply = ("ok", function(*args))
+        except BaseException as error:  # the caller re-raises it (SpecError pickles)
+            reply = ("error", error)
+        try:
+            connection.send(reply)
+        except (BrokenPipeError, OSError):
+            return
+
+
+class _Worker:
+    """One solver process and the server's end of its pipe, started on first use."""
+
+    def __init__(self) -> None:
+        self.process: Any = None
+        self.connection: Connection | None = None
+
+    def ensure_started(self) -> Connection:
+        if self.process is None or not self.process.is_alive() or self.connection is None:
+            self.stop()
+            server_end, worker_end = _SPAWN.Pipe(duplex=True)
+            self.process = _SPAWN.Process(target=_serve, args=(worker_end,), daemon=True, name="partitura-solver")
+            self.process.start()
+            worker_end.close()
+            self.connection = server_end
+        return self.connection
+
+    def stop(self) -> None:
+        """End the process now (a search it runs is abandoned)."""
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
+        if self.process is not None:
+            if self.process.is_alive():
+                self.process.terminate()
+            self.process.join(timeout=5)
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join(timeout=5)
+            self.process = None
+
+    def close(self) -> None:
+        """Ask an idle process to exit, then make sure it did."""
+        if self.connection is not None:
+            try:
+                self.connection.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        self.stop()
 
 
 class SolverPool:
@@ -40,36 +109,15 @@ class SolverPool:
         self._slots = threading.BoundedSemaphore(self.capacity)
         self._lock = threading.Lock()
         self._in_use = 0
-        self._executor: ProcessPoolExecutor | None = None
+        self._closed = False
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._all = [_Worker() for _ in range(workers)]
+        for worker in self._all:
+            self._idle.put(worker)
 
     @property
     def in_use(self) -> int:
         return self._in_use
-
-    def _get_executor(self) -> ProcessPoolExecutor:
-        with self._lock:
-            if self._executor is None:
-                self._executor = ProcessPoolExecutor(
-                    max_workers=self.workers, mp_context=multiprocessing.get_context("spawn")
-                )
-            return self._executor
-
-    def _discard_broken(self, executor: ProcessPoolExecutor) -> None:
-        with self._lock:
-            if self._executor is executor:
-                self._executor = None
-        executor.shutdown(wait=False, cancel_futures=True)
-
-    def _terminate(self, executor: ProcessPoolExecutor) -> None:
-        """Stop the executor's worker processes. Python 3.11's ProcessPoolExecutor has no public
-        way to stop a running task (``terminate_workers`` arrives in 3.14), so its process table
-        is used directly."""
-        with self._lock:
-            if self._executor is executor:
-                self._executor = None
-        for process in list((getattr(executor, "_processes", None) or {}).values()):
-            process.terminate()
-        executor.shutdown(wait=False, cancel_futures=True)
 
     def _take_slot(self) -> None:
         if not self._slots.acquire(blocking=False):
@@ -77,7 +125,7 @@ class SolverPool:
         with self._lock:
             self._in_use += 1
 
-    def _give_slot(self, _future: Future | None = None) -> None:
+    def _give_slot(self) -> None:
         with self._lock:
             self._in_use -= 1
         self._slots.release()
@@ -96,34 +144,43 @@ class SolverPool:
                 self._give_slot()
 
     def run(self, function: Callable[..., T], *args: Any, timeout_s: float) -> T:
-        """Run ``function(*args)`` in a worker process and wait at most ``timeout_s`` for it.
+        """Run ``function(*args)`` in a worker process and wait at most ``timeout_s`` for it,
+        counted from when a worker takes it (not while it waits for one).
 
-        Blocks the calling thread (never call it on the event loop). The slot is held until
-        the work really ends, also when the caller stopped waiting, so the bound stays true.
+        Blocks the calling thread (never call it on the event loop). An exception the function
+        raises is raised here; ``SolverUnavailable`` when it overran (its process is stopped) or
+        its process died.
         """
         self._take_slot()
-        executor = self._get_executor()
         try:
-            future = executor.submit(function, *args)
-        except (BrokenProcessPool, RuntimeError) as error:
+            worker = self._idle.get()
+            try:
+                if self._closed:
+                    raise SolverUnavailable("the solver pool is shutting down")
+                return self._run_on(worker, function, args, timeout_s)
+            finally:
+                self._idle.put(worker)
+        finally:
             self._give_slot()
-            self._discard_broken(executor)
-            raise SolverUnavailable(f"the solver pool is restarting ({error})") from None
-        future.add_done_callback(self._give_slot)
+
+    def _run_on(self, worker: _Worker, function: Callable[..., T], args: tuple, timeout_s: float) -> T:
         try:
-            return future.result(timeout=timeout_s)
-        except FutureTimeout:
-            # The solver overran its own budget by the grace period: stop it rather than let it
-            # hold a CPU. Other searches of this pool fail too (503, retryable); the next call
-            # starts a fresh pool.
-            self._terminate(executor)
-            raise SolverUnavailable(f"the search did not return within {timeout_s:g} s") from None
-        except BrokenProcessPool:
-            self._discard_broken(executor)
-            raise SolverUnavailable("a solver process died; the pool was restarted") from None
+            connection = worker.ensure_started()
+            connection.send((function, args))
+            if not connection.poll(timeout_s):
+                # The search overran its own budget by the grace period: stop its process only.
+                worker.stop()
+                raise SolverUnavailable(f"the search did not return within {timeout_s:g} s")
+            outcome, value = connection.recv()
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            worker.stop()
+            raise SolverUnavailable("a solver process died; it is replaced for the next search") from None
+        if outcome == "error":
+            raise value
+        return value
 
     def shutdown(self) -> None:
-        with self._lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
+        """Stop every worker; a search still running is abandoned (its caller gets 503)."""
+        self._closed = True
+        for worker in self._all:
+            worker.close()
