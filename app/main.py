@@ -37,7 +37,7 @@ def _operation_id(route: APIRoute) -> str:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings.from_env()
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, settings.database_timeout_s)
     pool = SolverPool(settings.solver_workers, settings.solver_queue_depth, settings.retry_after_s)
 
     @asynccontextmanager

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
+from app.core.db import DEFAULT_DATABASE_TIMEOUT_S
+
 DEFAULT_DATABASE_URL = "sqlite:///./partitura.db"
 # Large enough for a measured profile of a 1,024-layer model (about 300 bytes a layer) many times
 # over; a plan or evaluation request is a few kilobytes.
@@ -70,6 +72,8 @@ class Settings:
     solver_grace_s: float = 30.0
     # Larger request bodies are answered 413 (app.core.limits).
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # How long opening a database connection, or waiting for a pooled one, may take (app.core.db).
+    database_timeout_s: float = DEFAULT_DATABASE_TIMEOUT_S
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> "Settings":
@@ -82,4 +86,5 @@ class Settings:
             retry_after_s=_int_at_least(env, "PARTITURA_RETRY_AFTER_S", 5, 1),
             solver_grace_s=_positive_float(env, "PARTITURA_SOLVER_GRACE_S", 30.0),
             max_body_bytes=_int_at_least(env, "PARTITURA_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, 1024),
+            database_timeout_s=_positive_float(env, "PARTITURA_DATABASE_TIMEOUT_S", DEFAULT_DATABASE_TIMEOUT_S),
         )

@@ -7,6 +7,7 @@ SQLite is the default (a file next to the service); Postgres is used through
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timezone
 from typing import Any
 
@@ -27,6 +28,12 @@ NAMING_CONVENTION = {
 
 # Seconds a SQLite connection waits for another writer before giving up.
 SQLITE_BUSY_TIMEOUT_S = 30.0
+# Seconds a Postgres connection may take to open, and a request may wait for a pooled one, before
+# the request is answered 503: a database that accepts connections and never answers must not
+# hang the API (libpq counts whole seconds and treats less than 2 as 2).
+DEFAULT_DATABASE_TIMEOUT_S = 5.0
+# A statement may run this many times that long before Postgres cancels it.
+STATEMENT_TIMEOUT_FACTOR = 6
 
 # JSON on SQLite, JSONB on Postgres.
 JsonDocument = JSON().with_variant(JSONB(), "postgresql")
@@ -62,8 +69,9 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def make_engine(database_url: str) -> Engine:
-    """An engine for ``database_url``; SQLite gets foreign keys and serialised write transactions."""
+def make_engine(database_url: str, timeout_s: float = DEFAULT_DATABASE_TIMEOUT_S) -> Engine:
+    """An engine for ``database_url``; SQLite gets foreign keys and serialised write transactions,
+    Postgres a connect timeout, a pool timeout and a statement timeout (``timeout_s``)."""
     if database_url.startswith("sqlite"):
         engine = create_engine(
             database_url,
@@ -71,7 +79,15 @@ def make_engine(database_url: str) -> Engine:
         )
         _configure_sqlite(engine)
         return engine
-    return create_engine(database_url, pool_pre_ping=True)
+    return create_engine(
+        database_url,
+        pool_pre_ping=True,
+        pool_timeout=timeout_s,
+        connect_args={
+            "connect_timeout": max(2, math.ceil(timeout_s)),
+            "options": f"-c statement_timeout={int(STATEMENT_TIMEOUT_FACTOR * timeout_s * 1000)}",
+        },
+    )
 
 
 def _configure_sqlite(engine: Engine) -> None:

@@ -46,6 +46,11 @@ class Metrics:
             ["status"],
             registry=self.registry,
         )
+        self.database_up = Gauge(
+            "partitura_database_up",
+            "1 when the last /metrics scrape could read the database, else 0.",
+            registry=self.registry,
+        )
         self.solver_slots_in_use = Gauge(
             "partitura_solver_slots_in_use",
             "Plan requests running or queued in the solver pool.",

@@ -14,7 +14,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -206,8 +207,10 @@ def install_handlers(app: FastAPI) -> None:
         return problem_response(problem, request)
 
     @app.exception_handler(OperationalError)
-    async def _database_down(request: Request, error: OperationalError) -> JSONResponse:
-        logger.warning("database unavailable on %s %s: %s", request.method, request.url.path, error.orig)
+    @app.exception_handler(InterfaceError)
+    @app.exception_handler(PoolTimeoutError)
+    async def _database_down(request: Request, error: Exception) -> JSONResponse:
+        logger.warning("database unavailable on %s %s: %s", request.method, request.url.path, getattr(error, "orig", error))
         problem = Problem(
             503, "Database unavailable", "the database did not answer; retry shortly", slug="database-unavailable",
             headers={"Retry-After": "5"},

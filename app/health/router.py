@@ -34,8 +34,9 @@ class Readiness(BaseModel):
 
 
 @router.get("/healthz", operation_id="check_liveness")
-def healthz() -> Liveness:
-    """The process answers (no dependency is checked)."""
+async def healthz() -> Liveness:
+    """The process answers (no dependency is checked). Runs on the event loop, never in the
+    thread pool that database work may fill, so it answers while the database hangs."""
     return Liveness(status="ok")
 
 
@@ -67,7 +68,11 @@ def metrics(session: SessionDep, metrics: MetricsDep) -> Response:
     try:
         counts = count_by_status(session)
     except SQLAlchemyError:
-        counts = {}
-    for plan_status in PLAN_STATUSES:
-        metrics.plans_stored.labels(status=plan_status).set(counts.get(plan_status, 0))
+        # Unknown, not zero: the gauge is left out rather than made to lie.
+        metrics.database_up.set(0)
+        metrics.plans_stored.clear()
+    else:
+        metrics.database_up.set(1)
+        for plan_status in PLAN_STATUSES:
+            metrics.plans_stored.labels(status=plan_status).set(counts.get(plan_status, 0))
     return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
