@@ -27,9 +27,13 @@ from sqlalchemy.orm import Session
 
 from app.core.config import Settings, SettingsError
 from app.core.problems import Problem, validation_errors
+from app.core.solver_pool import RETRY_AFTER_MAX_S
 from profiler.cli import register as register_profiler_commands
 
 EXIT_INVALID_INPUT = 2
+# Idle connections stay open longer than any Retry-After the service sends (uvicorn's default is
+# 5 s, the old Retry-After: clients that waited as told met a reset connection).
+KEEP_ALIVE_S = RETRY_AFTER_MAX_S + 15
 EXIT_FAILURE = 1
 
 
@@ -76,7 +80,10 @@ def _database(settings: Settings, use_configured: bool) -> Iterator[tuple[Settin
 def _command_serve(args: argparse.Namespace, settings: Settings, out: IO[str]) -> int:
     import uvicorn
 
-    uvicorn.run("app.main:create_app", factory=True, host=args.host, port=args.port, workers=args.workers)
+    uvicorn.run(
+        "app.main:create_app", factory=True, host=args.host, port=args.port, workers=args.workers,
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
     return 0
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.solver_pool import SolverPool, SolverSaturated, SolverUnavailable
+from app.cli import KEEP_ALIVE_S
+from app.core.solver_pool import RETRY_AFTER_MAX_S, SolverPool, SolverSaturated, SolverUnavailable
 from solver.spec.errors import SpecError
 
 
@@ -150,3 +151,32 @@ def _alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state != "Z"
+
+
+def test_retry_after_follows_the_backlog_within_bounds():
+    """Issue 17, defect 6: a refused caller is told how long the searches ahead of it take to
+    drain (slots in use x mean search time / workers, up to 20% jitter), never less than the
+    configured floor nor more than RETRY_AFTER_MAX_S."""
+    pool = SolverPool(workers=1, queue_depth=1, retry_after_s=1)
+    try:
+        assert pool.retry_after() == 1  # no search yet: the floor
+        assert pool.run(abs, -1, timeout_s=60) == 1
+        assert pool._mean_solve_s > 0  # searches are timed
+        pool._mean_solve_s = 0.0
+        pool._record_solve(1.0)
+        pool._record_solve(2.0)  # running mean 1.0 + 0.3 x (2.0 - 1.0) = 1.3 s
+        assert pool._mean_solve_s == pytest.approx(1.3)
+        with pool.reserved(2):
+            told = {pool.retry_after() for _ in range(200)}
+            with pytest.raises(SolverSaturated) as refused:
+                pool.run(abs, -1, timeout_s=60)
+        assert told <= {3, 4} and refused.value.retry_after_s in (3, 4)  # 2 x 1.3 = 2.6 s, +0-20%
+        pool._mean_solve_s = 10_000.0
+        with pool.reserved(2):
+            assert pool.retry_after() == RETRY_AFTER_MAX_S
+    finally:
+        pool.shutdown()
+
+
+def test_the_server_keeps_idle_connections_longer_than_any_retry_after():
+    assert KEEP_ALIVE_S > RETRY_AFTER_MAX_S

@@ -3,6 +3,7 @@ HTTP calls."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -44,6 +45,17 @@ def test_make_run_serves_the_readme_examples(tmp_path):
                 pass
             assert time.monotonic() < deadline, (tmp_path / "make-run.log").read_text()
             time.sleep(0.25)
+
+        # Idle connections outlive uvicorn's default 5 s keep-alive (the old Retry-After), so a
+        # client that waits as told reuses its connection (issue 17, defect 6).
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        connection.request("GET", "/healthz")
+        assert connection.getresponse().read() and connection.sock is not None
+        first_socket = connection.sock
+        time.sleep(6.5)
+        connection.request("GET", "/healthz")
+        assert connection.getresponse().status == 200 and connection.sock is first_socket
+        connection.close()
 
         examples = readme_post_examples()
         assert [path for path, _ in examples] == ["/v1/plans", "/v1/evaluations"]

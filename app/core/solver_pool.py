@@ -13,9 +13,12 @@ their pipe closes (the server stopped or was killed), so none is left behind.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import queue
+import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
@@ -101,11 +104,21 @@ class _Worker:
         self.stop()
 
 
+# The longest Retry-After the pool asks for; the server keeps idle connections open longer than
+# this (app.cli KEEP_ALIVE_S), so a client that waits as told finds its connection still there.
+RETRY_AFTER_MAX_S = 60
+# Weight of the newest search in the running mean of search times.
+SOLVE_TIME_SMOOTHING = 0.3
+# Clients told the same wait would all come back at once: each is told up to 20% more, at random.
+RETRY_JITTER_FRACTION = 0.2
+
+
 class SolverPool:
     def __init__(self, workers: int, queue_depth: int, retry_after_s: int) -> None:
         self.workers = workers
         self.capacity = workers + queue_depth
-        self.retry_after_s = retry_after_s
+        self.retry_after_s = retry_after_s  # the least Retry-After
+        self._mean_solve_s = 0.0
         self._slots = threading.BoundedSemaphore(self.capacity)
         self._lock = threading.Lock()
         self._in_use = 0
@@ -119,9 +132,24 @@ class SolverPool:
     def in_use(self) -> int:
         return self._in_use
 
+    def retry_after(self) -> int:
+        """Seconds a refused caller should wait: what the searches ahead of it take to drain
+        (slots in use x the running mean search time, over the workers), with jitter; at least
+        ``retry_after_s``, at most ``RETRY_AFTER_MAX_S``."""
+        drain_s = self._mean_solve_s * self._in_use / self.workers
+        drain_s *= 1 + RETRY_JITTER_FRACTION * random.random()
+        return int(min(RETRY_AFTER_MAX_S, max(self.retry_after_s, math.ceil(drain_s))))
+
+    def _record_solve(self, seconds: float) -> None:
+        with self._lock:
+            if self._mean_solve_s == 0.0:
+                self._mean_solve_s = seconds
+            else:
+                self._mean_solve_s += SOLVE_TIME_SMOOTHING * (seconds - self._mean_solve_s)
+
     def _take_slot(self) -> None:
         if not self._slots.acquire(blocking=False):
-            raise SolverSaturated(self.retry_after_s)
+            raise SolverSaturated(self.retry_after())
         with self._lock:
             self._in_use += 1
 
@@ -166,12 +194,14 @@ class SolverPool:
     def _run_on(self, worker: _Worker, function: Callable[..., T], args: tuple, timeout_s: float) -> T:
         try:
             connection = worker.ensure_started()
+            started_s = time.monotonic()
             connection.send((function, args))
             if not connection.poll(timeout_s):
                 # The search overran its own budget by the grace period: stop its process only.
                 worker.stop()
                 raise SolverUnavailable(f"the search did not return within {timeout_s:g} s")
             outcome, value = connection.recv()
+            self._record_solve(time.monotonic() - started_s)
         except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
             worker.stop()
             raise SolverUnavailable("a solver process died; it is replaced for the next search") from None

@@ -167,7 +167,7 @@ def _solve(pool: SolverPool, metrics: Metrics, settings: Settings, search_reques
         metrics.solve_duration_s.labels(outcome="unavailable").observe(time.perf_counter() - started_s)
         raise Problem(
             503, "Solver unavailable", str(error), slug="solver-unavailable",
-            headers={"Retry-After": str(settings.retry_after_s)},
+            headers={"Retry-After": str(pool.retry_after())},
         ) from None
     except SpecError as error:
         metrics.solve_duration_s.labels(outcome="invalid").observe(time.perf_counter() - started_s)
