@@ -8,7 +8,7 @@
 """
 
 from catalog.conversion import gpu_spec_from_dict, model_spec_from_dict
-from catalog.loader import CatalogError, close_names, get_entry, list_entries, merge_gpu_overrides
+from catalog.loader import CatalogError, close_names, get_entry, list_entries, merge_gpu_overrides, node_cluster_entry
 from catalog.specs import cluster_spec_from_dict, get_cluster, get_gpu, get_model
 
 __all__ = [
@@ -23,4 +23,5 @@ __all__ = [
     "list_entries",
     "merge_gpu_overrides",
     "model_spec_from_dict",
+    "node_cluster_entry",
 ]

@@ -74,20 +74,35 @@ def _load(overrides: tuple[str, ...]) -> dict[str, dict[str, dict[str, Any]]]:
         merge_gpu_overrides(gpus, json.loads(Path(path).read_text()), origin=Path(path).name)
     nodes = _read("nodes.json", "nodes")
     models = _read("models.json", "models")
-    clusters = {}
-    for name, entry in _read("clusters.json", "clusters").items():
-        node = nodes[entry["node"]]
-        cluster = {k: v for k, v in node.items() if k not in ("name", "display_name", "sources")}
-        cluster.update(
-            name=name,
-            node=entry["node"],
-            num_nodes=entry["num_nodes"],
-            gpu_hour_price_usd=entry.get("gpu_hour_price_usd"),
-            source=entry["source"],
-            link_sources=node.get("sources", {}),
-        )
-        clusters[name] = cluster
+    clusters = {
+        name: _cluster_of(nodes[entry["node"]], name, entry["num_nodes"], entry["source"], entry.get("gpu_hour_price_usd"))
+        for name, entry in _read("clusters.json", "clusters").items()
+    }
     return {"gpus": gpus, "nodes": nodes, "models": models, "clusters": clusters}
+
+
+def _cluster_of(node: dict[str, Any], name: str, num_nodes: int, source: str, price_usd: float | None) -> dict[str, Any]:
+    """A cluster entry: ``num_nodes`` nodes of the node type ``node``."""
+    cluster = {k: v for k, v in node.items() if k not in ("name", "display_name", "sources")}
+    cluster.update(
+        name=name,
+        node=node["name"],
+        num_nodes=num_nodes,
+        gpu_hour_price_usd=price_usd,
+        source=source,
+        link_sources=node.get("sources", {}),
+    )
+    return cluster
+
+
+def node_cluster_entry(node_name: str, num_gpus: int | None) -> dict[str, Any]:
+    """A cluster of the node type ``node_name``, as many nodes as ``num_gpus`` needs (one node
+    when no count is given): how people describe a cluster ("1024 GPUs of dgx-a100-80gb").
+    CatalogError with close names when no node type has that name."""
+    node = get_entry("nodes", node_name)
+    per_node = node["gpus_per_node"]
+    num_nodes = max(1, -(-(num_gpus or per_node) // per_node))
+    return _cluster_of(node, node_name, num_nodes, f"{num_nodes} nodes of the node type {node_name}", None)
 
 
 def _entries(kind: str) -> dict[str, dict[str, Any]]:

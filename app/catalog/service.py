@@ -127,15 +127,26 @@ def _named_entry(session: Session, kind: Kind, name: str, field_path: str) -> tu
     return entry, ("builtin" if entry.pop("builtin") else "custom")
 
 
-def resolve(session: Session, model: str | ModelSpecIn, cluster: str | ClusterSpecIn) -> Resolved:
+def _cluster_entry(session: Session, name: str, num_gpus: int | None) -> tuple[dict[str, Any], str]:
+    """A named cluster (built in, then custom), else a node type sized to ``num_gpus``."""
+    if find_entry(session, "clusters", name) is None and name in {n["name"] for n in catalog.list_entries("nodes")}:
+        return catalog.node_cluster_entry(name, num_gpus), "builtin"
+    return _named_entry(session, "clusters", name, "body.cluster")
+
+
+def resolve(
+    session: Session, model: str | ModelSpecIn, cluster: str | ClusterSpecIn, num_gpus: int | None = None
+) -> Resolved:
     """Names are looked up in the built-in catalog, then among custom entries; inline specs are
-    used as given. Errors name the request field (``body.model``, ``body.cluster.gpu``)."""
+    used as given. A cluster may also be named by a node type: then it has as many nodes as
+    ``num_gpus`` needs (one without it). Errors name the request field (``body.model``,
+    ``body.cluster.gpu``)."""
     if isinstance(model, str):
         model_entry, model_source = _named_entry(session, "models", model, "body.model")
     else:
         model_entry, model_source = model.model_dump(mode="json", exclude_none=True), "inline"
     if isinstance(cluster, str):
-        cluster_entry, cluster_source = _named_entry(session, "clusters", cluster, "body.cluster")
+        cluster_entry, cluster_source = _cluster_entry(session, cluster, num_gpus)
     else:
         cluster_entry, cluster_source = cluster.model_dump(mode="json", exclude_none=True), "inline"
     gpu_ref = cluster_entry.get("gpu")

@@ -190,7 +190,7 @@ def create_plan(
     call ``release``. With ``flights``, an identical request already searching in this process
     is awaited instead of searched again."""
     time_budget_s = min(body.time_budget_s or settings.plan_time_budget_s, settings.plan_time_budget_s)
-    resolved = resolve(session, body.model, body.cluster)
+    resolved = resolve(session, body.model, body.cluster, body.num_gpus)
     profile = None
     if body.profile_id is not None:
         document = measured_profile(session, body.profile_id, resolved.model)
