@@ -347,6 +347,9 @@ def search(request: SearchRequest) -> SearchResult:
     if not candidates:
         explanation = explain(run, find_plans)
     run.stats.wall_time_s = time.perf_counter() - started
+    # A search that finished its last step after its budget ran out reports it too (it still is
+    # proven optimal when it completed every step).
+    run.stats.timed_out = run.stats.timed_out or run.stats.wall_time_s > request.time_budget_s
     return SearchResult(candidates, run.stats, explanation)
 
 
