@@ -95,6 +95,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
+# Every operation that reads or writes the database may answer 503 while the database does not
+# answer (app.core.problems); these paths never touch it, or answer anyway.
+DATABASE_FREE_PATHS = {"/healthz", "/metrics"}
+DATABASE_UNAVAILABLE = {
+    "description": "The database did not answer; retry after Retry-After seconds",
+    "headers": {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}},
+    "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/ProblemDocument"}}},
+}
+
 # What any operation that takes a body may answer before its own handler runs (app.core.limits).
 BODY_PROBLEMS = {
     "413": "The request body is larger than the service takes (PARTITURA_MAX_BODY_BYTES)",
@@ -109,12 +118,14 @@ def _serve_problem_media_type(app: FastAPI) -> None:
     def openapi() -> dict:
         if app.openapi_schema is None:
             schema = generate()
-            for operations in schema.get("paths", {}).values():
+            for path, operations in schema.get("paths", {}).items():
                 for operation in operations.values():
                     for status_code, response in operation.get("responses", {}).items():
                         content = response.get("content", {})
                         if status_code[:1] in "45" and "application/json" in content:
                             content[PROBLEM_MEDIA_TYPE] = content.pop("application/json")
+                    if path not in DATABASE_FREE_PATHS:
+                        operation["responses"].setdefault("503", DATABASE_UNAVAILABLE)
                     if "requestBody" in operation:
                         for status_code, description in BODY_PROBLEMS.items():
                             operation["responses"].setdefault(status_code, {

@@ -16,7 +16,7 @@ from app.catalog.schemas import (
     ModelSpecIn,
 )
 from app.core.deps import SessionDep
-from app.core.openapi import PROBLEM_RESPONSES
+from app.core.openapi import CONFLICT_RESPONSES, PROBLEM_RESPONSES
 
 router = APIRouter(prefix="/v1/catalog", tags=["catalog"], responses=PROBLEM_RESPONSES)
 
@@ -42,7 +42,8 @@ def get_model(name: str, session: SessionDep) -> dict:
 
 
 @router.post(
-    "/models", operation_id="create_model", response_model=ModelEntry, status_code=status.HTTP_201_CREATED
+    "/models", operation_id="create_model", response_model=ModelEntry, status_code=status.HTTP_201_CREATED,
+    responses=CONFLICT_RESPONSES,
 )
 def create_model(body: ModelSpecIn, response: Response, session: SessionDep) -> dict:
     entry = service.create_custom(session, "models", body)
@@ -69,7 +70,8 @@ def get_cluster(name: str, session: SessionDep) -> dict:
 
 
 @router.post(
-    "/clusters", operation_id="create_cluster", response_model=ClusterEntry, status_code=status.HTTP_201_CREATED
+    "/clusters", operation_id="create_cluster", response_model=ClusterEntry, status_code=status.HTTP_201_CREATED,
+    responses=CONFLICT_RESPONSES,
 )
 def create_cluster(body: ClusterSpecIn, response: Response, session: SessionDep) -> dict:
     entry = service.create_custom(session, "clusters", body)

@@ -35,6 +35,10 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
     422: _problem("Invalid request; names each field and the reason"),
 }
 
+CONFLICT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    409: _problem("The name is taken by a built-in or an existing custom entry"),
+}
+
 SOLVER_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: {
         **_problem("The solver pool is saturated (or the solver overran); retry after Retry-After seconds"),
