@@ -37,6 +37,7 @@ bench: install
 	$(BIN)/python bench/accuracy.py
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/plan_quality.py
+	$(BIN)/python bench/cli.py
 
 clean:
 	rm -rf $(VENV)

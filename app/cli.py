@@ -107,19 +107,15 @@ def _command_db(args: argparse.Namespace, settings: Settings, out: IO[str]) -> i
 
 def _command_plan(args: argparse.Namespace, settings: Settings, out: IO[str], stdin: IO[str]) -> int:
     from app.core.metrics import Metrics
-    from app.core.solver_pool import SolverPool
+    from app.core.solver_pool import InlineSolver
     from app.core.versions import current_versions
     from app.plans import service
     from app.plans.schemas import PlanRequest
 
     body = _parse(PlanRequest, _read_body(args.file, stdin))
-    pool = SolverPool(workers=1, queue_depth=0, retry_after_s=settings.retry_after_s)
-    try:
-        with _database(settings, args.db) as (settings, session):
-            outcome = service.create_plan(session, pool, Metrics(), settings, current_versions(), body)
-            session.commit()
-    finally:
-        pool.shutdown()
+    with _database(settings, args.db) as (settings, session):
+        outcome = service.create_plan(session, InlineSolver(), Metrics(), settings, current_versions(), body)
+        session.commit()
     _write_json(out, outcome.document.model_dump())
     return 0
 

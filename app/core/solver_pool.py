@@ -113,6 +113,23 @@ SOLVE_TIME_SMOOTHING = 0.3
 RETRY_JITTER_FRACTION = 0.2
 
 
+class InlineSolver:
+    """The pool's interface, run in the calling thread: for the CLI, which plans one request and
+    gains nothing from a process (spawning one costs it more than the search). The search keeps
+    its own time budget; nothing stops it from outside."""
+
+    capacity = 1
+
+    def run(self, function: Callable[..., T], *args: Any, timeout_s: float) -> T:
+        return function(*args)
+
+    def retry_after(self) -> int:
+        return 1
+
+    def shutdown(self) -> None:
+        pass
+
+
 class SolverPool:
     def __init__(self, workers: int, queue_depth: int, retry_after_s: int) -> None:
         self.workers = workers

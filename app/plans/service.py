@@ -21,7 +21,7 @@ from app.core.metrics import Metrics
 from app.core.pagination import decode_cursor, encode_cursor
 from app.core.problems import Problem, from_spec_error, not_found
 from app.core.single_flight import SingleFlight
-from app.core.solver_pool import SolverPool, SolverSaturated, SolverUnavailable
+from app.core.solver_pool import InlineSolver, SolverPool, SolverSaturated, SolverUnavailable
 from app.core.versions import Versions
 from app.evaluations.service import check_num_gpus, training_spec
 from app.plans import repository, schemas
@@ -151,7 +151,7 @@ def plan_document(plan: Plan) -> schemas.Plan:
     )
 
 
-def _solve(pool: SolverPool, metrics: Metrics, settings: Settings, search_request: SearchRequest) -> schemas.SearchOutcome:
+def _solve(pool: SolverPool | InlineSolver, metrics: Metrics, settings: Settings, search_request: SearchRequest) -> schemas.SearchOutcome:
     """Search in the solver pool. A SpecError raised by the search crosses the pool as itself
     and is answered as a 422 naming the field."""
     started_s = time.perf_counter()
@@ -178,7 +178,7 @@ def _solve(pool: SolverPool, metrics: Metrics, settings: Settings, search_reques
 
 def create_plan(
     session: Session,
-    pool: SolverPool,
+    pool: SolverPool | InlineSolver,
     metrics: Metrics,
     settings: Settings,
     versions: Versions,
@@ -230,7 +230,7 @@ def create_plan(
 
 
 def _search_and_add(
-    session: Session, pool: SolverPool, metrics: Metrics, settings: Settings, versions: Versions,
+    session: Session, pool: SolverPool | InlineSolver, metrics: Metrics, settings: Settings, versions: Versions,
     request: dict[str, Any], resolved: Resolved, digest: str, search_request: SearchRequest, release: Callable[[], None],
 ) -> PlanOutcome:
     result = _solve(pool, metrics, settings, search_request)
