@@ -13,6 +13,7 @@ from fastapi.routing import APIRoute
 from app.catalog.router import router as catalog_router
 from app.core.config import Settings
 from app.core.db import make_engine, make_sessionmaker
+from app.core.docs import install_docs
 from app.core.limits import BodyLimitMiddleware, JsonOnlyMiddleware
 from app.core.metrics import Metrics
 from app.core.migrate import head_revision
@@ -54,6 +55,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=DESCRIPTION,
         lifespan=lifespan,
         generate_unique_id_function=_operation_id,
+        docs_url=None,  # served from the package by app.core.docs, not from a CDN
+        redoc_url=None,
         openapi_tags=[
             {"name": "plans", "description": "Search for parallel configurations; stored and idempotent"},
             {"name": "evaluations", "description": "Evaluate one configuration"},
@@ -71,6 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.migration_head = head_revision()
 
     install_handlers(app)
+    install_docs(app)
     app.add_middleware(JsonOnlyMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.include_router(plans_router)
