@@ -88,8 +88,9 @@ def evaluate(
 
     m = micro_batch_count(training.global_batch_size, parallel.dp_size, parallel.micro_batch_size)
     chunks = stage_chunks(model, parallel)
-    costs = stage_costs(prof, chunks, cluster, training, parallel, m)
-    tails = [_tail(cost, cluster, training, parallel, m, policy) for cost in costs]
+    stage_policy = StagePolicy.of(cluster.gpu, parallel, training.optimizer, m)
+    costs = stage_costs(prof, chunks, parallel, stage_policy)
+    tails = [_tail(cost, cluster, training, parallel, stage_policy, policy) for cost in costs]
     step_s, breakdown = step_time(costs, tails, prof, cluster, parallel, m)
     recomputed_layers = sum(full for layers in chunks for _, full in layers)
     reports = tuple(
@@ -120,16 +121,10 @@ def evaluate(
 
 
 def stage_costs(
-    prof: ModelProfile,
-    chunks: list[list[tuple[int, bool]]],
-    cluster: ClusterSpec,
-    training: TrainingSpec,
-    parallel: ParallelConfig,
-    num_micro_batches: int,
+    prof: ModelProfile, chunks: list[list[tuple[int, bool]]], parallel: ParallelConfig, policy: StagePolicy
 ) -> list[StageCost]:
     """Every pipeline stage's time per micro-batch and peak memory (``solver.cost.stage``)."""
-    pp, v = parallel.pp_size, parallel.virtual_stages
-    policy = StagePolicy.of(cluster.gpu, parallel, training.optimizer, num_micro_batches)
+    pp, v, num_micro_batches = parallel.pp_size, parallel.virtual_stages, policy.num_micro_batches
     blocks = prof.transformer_layers
     return [
         stage_cost(
@@ -144,17 +139,17 @@ def stage_costs(
 
 
 def _tail(
-    cost: StageCost, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig, num_micro_batches: int, policy: Policy
+    cost: StageCost, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig, stage_policy: StagePolicy,
+    policy: Policy,
 ) -> _Tail:
     """One stage's data-parallel synchronisation not hidden by compute, and its optimizer step."""
     time = cost.time
     exposed = data_parallel_exposed_s(
-        cluster, parallel, num_micro_batches, cost.parameter_count, cost.largest_layer_parameter_count,
+        cluster, parallel, stage_policy.num_micro_batches, cost.parameter_count, cost.largest_layer_parameter_count,
         time.forward_s, time.backward_s + time.recompute_s,
         regather_for_recompute=policy.framework is Framework.DEEPSPEED and cost.any_full_recompute,
         overlap_grad_reduce=training.overlap_grad_reduce,
     )
-    stage_policy = StagePolicy.of(cluster.gpu, parallel, training.optimizer, num_micro_batches)
     return _Tail(exposed, optimizer_step_s(cluster.gpu, cost.parameter_count, stage_policy))
 
 

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 
@@ -28,7 +29,9 @@ class _FieldMapping(Mapping[str, float]):
         return len(self._names())
 
     @classmethod
+    @functools.cache
     def _names(cls) -> tuple[str, ...]:
+        """The field names, read once per class (peak memory is summed on the search's hot path)."""
         return tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
 
 
