@@ -20,6 +20,16 @@ def too_large(limit_bytes: int) -> Problem:
     )
 
 
+async def send_problem(scope: Scope, send: Send, problem: Problem, close: bool = False) -> None:
+    """Answer with ``problem`` from below the framework (its handlers are not reached here)."""
+    body = json.dumps(problem.to_dict(instance=scope.get("path"))).encode()
+    headers = [(b"content-type", PROBLEM_MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode())]
+    if close:  # the rest of the body is not read: the connection cannot carry another request
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": problem.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 class BodyLimitMiddleware:
     """Answer 413 when ``Content-Length`` says the body is over ``max_body_bytes``; a body sent
     without a length (chunked) is read first, up to the limit, and answered 413 once it passes it
@@ -60,14 +70,7 @@ class BodyLimitMiddleware:
         await self.app(scope, replay, send)
 
     async def _refuse(self, scope: Scope, send: Send) -> None:
-        body = json.dumps(too_large(self.max_body_bytes).to_dict(instance=scope.get("path"))).encode()
-        await send({
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [(b"content-type", PROBLEM_MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode()),
-                        (b"connection", b"close")],
-        })
-        await send({"type": "http.response.body", "body": body})
+        await send_problem(scope, send, too_large(self.max_body_bytes), close=True)
 
 
 BODY_METHODS = {"POST", "PUT", "PATCH"}
@@ -96,12 +99,6 @@ class JsonOnlyMiddleware:
             has_body = length is None and b"transfer-encoding" in headers or (length is not None and length != b"0")
             media_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower().decode("latin-1")
             if has_body and not (media_type == "application/json" or media_type.endswith("+json")):
-                body = json.dumps(unsupported_media_type(media_type).to_dict(instance=scope.get("path"))).encode()
-                await send({
-                    "type": "http.response.start",
-                    "status": 415,
-                    "headers": [(b"content-type", PROBLEM_MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode())],
-                })
-                await send({"type": "http.response.body", "body": body})
+                await send_problem(scope, send, unsupported_media_type(media_type))
                 return
         await self.app(scope, receive, send)
