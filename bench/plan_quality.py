@@ -25,6 +25,7 @@ from bench.accuracy import (  # noqa: E402
     _model_for,
     load_inputs,
     load_records,
+    not_expressible,
     record_settings,
     training_for,
 )
@@ -97,9 +98,10 @@ def main() -> int:
             print(f"{record['id']:46} skipped: no full parallel layout published")
             continue
         settings = record_settings(record, inputs)
-        model = _model_for(record, settings)
+        reason = not_expressible(record, settings)  # the accuracy bench's own check
+        model = None if reason else _model_for(record, settings)
         if model is None:
-            print(f"{record['id']:46} skipped: no model shape")
+            print(f"{record['id']:46} skipped: {reason or 'no model shape'}")
             continue
         cluster = _cluster_for(record, settings)
         # Plans must hold the longest batch, so both layouts are costed at the full length.
