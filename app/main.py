@@ -25,6 +25,7 @@ from app.evaluations.router import router as evaluations_router
 from app.health.router import router as health_router
 from app.plans.router import router as plans_router
 from app.profiles.router import router as profiles_router
+from app.sweeps.router import router as sweeps_router
 
 DESCRIPTION = """Partitura plans how to split transformer training over a GPU cluster: data,
 tensor and pipeline parallel degrees, ZeRO stage, micro-batch size and recomputation.
@@ -60,6 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi_tags=[
             {"name": "plans", "description": "Search for parallel configurations; stored and idempotent"},
             {"name": "evaluations", "description": "Evaluate one configuration"},
+            {"name": "sweeps", "description": "Plan a grid of GPU counts, clusters and batch sizes; scaling curves"},
             {"name": "catalog", "description": "GPUs, models and clusters"},
             {"name": "operations", "description": "Health, readiness, metrics"},
         ],
@@ -82,6 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(catalog_router)
     app.include_router(health_router)
     app.include_router(profiles_router)
+    app.include_router(sweeps_router)
 
     @app.middleware("http")
     async def record_latency(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:

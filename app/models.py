@@ -4,5 +4,6 @@ from app.catalog.models import CustomCluster, CustomModel
 from app.core.db import Base
 from app.plans.models import Plan, PlanCandidate
 from app.profiles.models import Profile
+from app.sweeps.models import Sweep, SweepPoint
 
-__all__ = ["Base", "CustomCluster", "CustomModel", "Plan", "PlanCandidate", "Profile"]
+__all__ = ["Base", "CustomCluster", "CustomModel", "Plan", "PlanCandidate", "Profile", "Sweep", "SweepPoint"]

@@ -1,0 +1,76 @@
+"""/v1/sweeps: plan a grid of GPU counts, clusters and batch sizes; read it; chart it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response, status
+
+from app.core.deps import MetricsDep, SessionDep, SettingsDep, SolverPoolDep
+from app.core.openapi import PROBLEM_RESPONSES, SOLVER_RESPONSES
+from app.sweeps import service
+from app.sweeps.schemas import Sweep, SweepRequest
+
+router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"], responses=PROBLEM_RESPONSES)
+
+SVG_MEDIA_TYPE = "image/svg+xml"
+
+
+class SvgResponse(Response):
+    media_type = SVG_MEDIA_TYPE
+
+
+SVG_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {"description": "A standalone SVG chart (no script)", "content": {SVG_MEDIA_TYPE: {"schema": {"type": "string"}}}}
+}
+
+
+@router.post(
+    "",
+    operation_id="create_sweep",
+    response_model=Sweep,
+    status_code=status.HTTP_201_CREATED,
+    responses={**SOLVER_RESPONSES},
+)
+def create_sweep(
+    body: SweepRequest,
+    request: Request,
+    response: Response,
+    session: SessionDep,
+    pool: SolverPoolDep,
+    metrics: MetricsDep,
+    settings: SettingsDep,
+) -> Sweep:
+    """Plan every point of the grid (each point's best plan is stored as an ordinary plan and
+    linked), then fit the scaling curves and find the Pareto front. Runs within the request;
+    an infeasible point is a result, not an error."""
+    document = service.create_sweep(
+        session, request.app.state.sessionmaker, pool, metrics, settings, request.app.state.versions, body,
+        request.app.state.single_flight,
+    )
+    session.commit()
+    response.headers["Location"] = f"/v1/sweeps/{document.id}"
+    return document
+
+
+@router.get("/{sweep_id}", operation_id="get_sweep", response_model=Sweep)
+def get_sweep(sweep_id: str, session: SessionDep) -> Sweep:
+    return service.get_sweep(session, sweep_id)
+
+
+@router.get(
+    "/{sweep_id}/charts/scaling.svg", operation_id="get_sweep_scaling_chart", response_class=SvgResponse,
+    responses=SVG_RESPONSE,
+)
+def scaling_chart(sweep_id: str, session: SessionDep) -> SvgResponse:
+    """Time to train against GPUs (log-log), per cluster, with the fitted power laws."""
+    return SvgResponse(service.scaling_svg(session, sweep_id))
+
+
+@router.get(
+    "/{sweep_id}/charts/pareto.svg", operation_id="get_sweep_pareto_chart", response_class=SvgResponse,
+    responses=SVG_RESPONSE,
+)
+def pareto_chart(sweep_id: str, session: SessionDep) -> SvgResponse:
+    """Cost against time to train of every priced point, with the Pareto front."""
+    return SvgResponse(service.pareto_svg(session, sweep_id))
