@@ -235,6 +235,8 @@ def training_for(record: dict, settings: dict, model: ModelSpec, padded: bool = 
         flash_attention=settings.get("flash_attention", True),
         overlap_grad_reduce=settings.get("overlap_grad_reduce", True),
         fused_kernels=settings.get("fused_kernels", True),
+        zero3_collectives=settings.get("zero3_collectives", "per_layer"),
+        zero3_overlap=settings.get("zero3_overlap", True),
     )
 
 

@@ -36,16 +36,18 @@ def all_reduce_s(message_bytes: float, ranks: int, link: Link) -> float:
     return 2 * (ranks - 1) / ranks * message_bytes / link.bytes_per_s + 2 * (ranks - 1) * link.latency_s
 
 
-def reduce_scatter_s(message_bytes: float, ranks: int, link: Link) -> float:
-    """Ring reduce-scatter of a ``message_bytes`` buffer (each rank keeps 1/ranks of it)."""
+def reduce_scatter_s(message_bytes: float, ranks: int, link: Link, collectives: float = 1) -> float:
+    """Ring reduce-scatter of a ``message_bytes`` buffer (each rank keeps 1/ranks of it), issued
+    as ``collectives`` separate collectives (the bytes split between them; each pays the ring's
+    n - 1 step latencies)."""
     if ranks <= 1:
         return 0.0
-    return (ranks - 1) / ranks * message_bytes / link.bytes_per_s + (ranks - 1) * link.latency_s
+    return (ranks - 1) / ranks * message_bytes / link.bytes_per_s + collectives * (ranks - 1) * link.latency_s
 
 
-def all_gather_s(message_bytes: float, ranks: int, link: Link) -> float:
+def all_gather_s(message_bytes: float, ranks: int, link: Link, collectives: float = 1) -> float:
     """Ring all-gather producing a ``message_bytes`` buffer on every rank (same cost as reduce-scatter)."""
-    return reduce_scatter_s(message_bytes, ranks, link)
+    return reduce_scatter_s(message_bytes, ranks, link, collectives)
 
 
 def p2p_s(message_bytes: float, link: Link) -> float:
@@ -74,9 +76,10 @@ def dp_group_layout(cluster: ClusterSpec, tp_size: int, dp_size: int) -> tuple[i
 
 
 def data_parallel_collective_s(
-    cluster: ClusterSpec, tp_size: int, dp_size: int, message_bytes: float, kind: str
+    cluster: ClusterSpec, tp_size: int, dp_size: int, message_bytes: float, kind: str, collectives: float = 1
 ) -> float:
-    """A ring collective over one data-parallel group (its ranks are tp_size apart).
+    """A ring collective over one data-parallel group (its ranks are tp_size apart), issued as
+    ``collectives`` separate calls (reduce-scatter and all-gather; see ``reduce_scatter_s``).
 
     Inside a node the ring runs over NVLink. Once the group spans nodes, every rank's
     (n-1)/n share of the buffer crosses the network through that GPU's share of the node's NICs
@@ -93,5 +96,5 @@ def data_parallel_collective_s(
     if kind == "all_reduce":
         return all_reduce_s(message_bytes, dp_size, link)
     if kind in ("reduce_scatter", "all_gather"):
-        return reduce_scatter_s(message_bytes, dp_size, link)
+        return reduce_scatter_s(message_bytes, dp_size, link, collectives)
     raise ValueError(f"unknown collective {kind!r}")

@@ -14,7 +14,13 @@ import math
 from dataclasses import dataclass
 
 from solver.cost.derive import resolve_profile
-from solver.cost.flops import hardware_flops_per_iteration, model_flops_per_iteration
+from solver.cost.flops import (
+    embedding_parameter_tensor_count,
+    hardware_flops_per_iteration,
+    head_parameter_tensor_count,
+    layer_parameter_tensor_count,
+    model_flops_per_iteration,
+)
 from solver.cost.memory import GIB_BYTES, in_flight_micro_batches
 from solver.cost.profile import ModelProfile, ProfileShape
 from solver.cost.result import Evaluation, Prediction, StageReport, StepBreakdown
@@ -37,7 +43,7 @@ from solver.spec.legality import check_structure, placement_violations
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.rules import Rule, Violation
-from solver.spec.training import Framework, TrainingSpec
+from solver.spec.training import Framework, TrainingSpec, Zero3Collectives
 
 # The usable share of GPU memory: from 0.1% (below it not even the runtime reserve fits any GPU the
 # specs admit) to all of it.
@@ -90,7 +96,10 @@ def evaluate(
     chunks = stage_chunks(model, parallel)
     stage_policy = StagePolicy.of(cluster.gpu, parallel, training.optimizer, m)
     costs = stage_costs(prof, chunks, parallel, stage_policy)
-    tails = [_tail(cost, cluster, training, parallel, stage_policy, policy) for cost in costs]
+    tails = [
+        _tail(cost, cluster, training, parallel, stage_policy, policy, zero3_collectives_per_pass(model, training, parallel, stage, layers))
+        for stage, (cost, layers) in enumerate(zip(costs, chunks))
+    ]
     step_s, breakdown = step_time(costs, tails, prof, cluster, parallel, m)
     recomputed_layers = sum(full for layers in chunks for _, full in layers)
     reports = tuple(
@@ -138,9 +147,25 @@ def stage_costs(
     ]
 
 
+def zero3_collectives_per_pass(
+    model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, stage: int, layers: list[tuple[int, bool]]
+) -> int:
+    """How many all-gathers one ZeRO-3 gather pass over this stage's parameters issues: one per
+    transformer layer and one for the embedding and head it holds (FSDP's flat parameters), or
+    one per parameter tensor (DeepSpeed v0.3-v0.6)."""
+    extras = [stage == 0, stage == parallel.pp_size - 1]
+    if training.zero3_collectives is Zero3Collectives.PER_LAYER:
+        return len(layers) + sum(extras)
+    return (
+        len(layers) * layer_parameter_tensor_count(model)
+        + (embedding_parameter_tensor_count(model) if extras[0] else 0)
+        + (head_parameter_tensor_count(model) if extras[1] else 0)
+    )
+
+
 def _tail(
     cost: StageCost, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig, stage_policy: StagePolicy,
-    policy: Policy,
+    policy: Policy, zero3_calls: int,
 ) -> _Tail:
     """One stage's data-parallel synchronisation not hidden by compute, and its optimizer step."""
     time = cost.time
@@ -149,6 +174,8 @@ def _tail(
         time.forward_s, time.backward_s + time.recompute_s,
         regather_for_recompute=policy.framework is Framework.DEEPSPEED and cost.any_full_recompute,
         overlap_grad_reduce=training.overlap_grad_reduce,
+        zero3_collectives_per_pass=zero3_calls,
+        zero3_overlap=training.zero3_overlap,
     )
     return _Tail(exposed, optimizer_step_s(cluster.gpu, cost.parameter_count, stage_policy))
 

@@ -48,6 +48,17 @@ def layer_parameter_count(model: ModelSpec) -> int:
     return layer_weight_count(model) + biases + norms
 
 
+def layer_parameter_tensor_count(model: ModelSpec) -> int:
+    """Parameter tensors of one transformer layer as Megatron-style code holds them: fused QKV
+    and output projections, one tensor per MLP weight matrix, plus (GPT/BERT-style) four biases
+    and two LayerNorms of weight and bias, or (Llama-style) two RMSNorm scales. A GPT layer has
+    12 (the 13h of ``layer_parameter_count`` spread over 8 tensors, beside 4 weight matrices)."""
+    weights = 2 + model.mlp_gemm_count
+    if _has_biases(model):
+        return weights + 4 + 4
+    return weights + 2
+
+
 def embedding_parameter_count(model: ModelSpec) -> int:
     """Token embedding V x h, plus an s x h position table when positions are learned."""
     count = model.vocab_size * model.hidden_size
@@ -65,6 +76,22 @@ def head_parameter_count(model: ModelSpec) -> int:
         count += model.vocab_size * h
     if model.architecture is Architecture.ENCODER:
         count += h * h + h + 2 * h + model.vocab_size
+    return count
+
+
+def embedding_parameter_tensor_count(model: ModelSpec) -> int:
+    """The token table, and the position table when positions are learned."""
+    return 2 if model.position_embedding is PositionEmbedding.LEARNED else 1
+
+
+def head_parameter_tensor_count(model: ModelSpec) -> int:
+    """The final norm (weight and bias, or a scale), the untied output projection, and for
+    encoders BERT's MLM transform (dense weight and bias, LayerNorm weight and bias, output bias)."""
+    count = 2 if _has_biases(model) else 1
+    if not model.tied_embeddings:
+        count += 1
+    if model.architecture is Architecture.ENCODER:
+        count += 5
     return count
 
 

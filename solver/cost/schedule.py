@@ -6,7 +6,8 @@ time and multiplies pipeline communication by v. ZeRO (Rajbhandari et al. 2020) 
 move the same 2*Psi as an all-reduce; ZeRO-3 adds a parameter all-gather in forward and in
 backward (3*Psi). Gradient buckets are reduced while the last micro-batch's backward runs
 (PyTorch DDP, Li et al. 2020, VLDB); ZeRO-3 prefetches the next layer's parameters during the
-current layer's compute (DeepSpeed / FSDP), so only what compute cannot cover is exposed.
+current layer's compute (FSDP; DeepSpeed from v0.7), so only what compute cannot cover is
+exposed, and compute runs slower beside collectives (Lee et al. 2025, ``overlapped_exposed_s``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,19 @@ def pipeline_comm_s(
     return 2 * exchanges * p2p_s(message_bytes, link)
 
 
+def overlapped_exposed_s(collective_s: float, compute_s: float, slowdown: float) -> float:
+    """Seconds a collective adds to ``compute_s`` of compute it runs beside.
+
+    While both run, compute goes 1 + ``slowdown`` times slower (``GpuSpec.overlap_slowdown``,
+    Lee et al. 2025). A collective of K seconds beside C seconds of compute: if the compute
+    outlasts it (K <= C (1 + s)) the step grows by K s / (1 + s), the work compute lost while
+    the collective ran; otherwise the collective sets the pace and the step grows by K - C.
+    """
+    if collective_s <= 0:
+        return 0.0
+    return max(collective_s - compute_s, collective_s * slowdown / (1 + slowdown))
+
+
 def data_parallel_exposed_s(
     cluster: ClusterSpec,
     parallel: ParallelConfig,
@@ -59,49 +73,65 @@ def data_parallel_exposed_s(
     backward_s: float,
     regather_for_recompute: bool = False,
     overlap_grad_reduce: bool = True,
+    zero3_collectives_per_pass: float = 1,
+    zero3_overlap: bool = True,
 ) -> float:
     """Seconds of one step's data-parallel gradient synchronisation and ZeRO parameter gathers,
     for one stage's DP group, that compute does not hide.
 
     ``forward_s`` / ``backward_s`` are one micro-batch's compute on this stage: the time that can
-    hide collectives running on the side. ``regather_for_recompute``: ZeRO-3 gathers the
+    hide collectives running on the side, at the cost of running slower beside them
+    (``overlapped_exposed_s``). ``regather_for_recompute``: ZeRO-3 gathers the
     parameters a third time for the recomputed forward (DeepSpeed's checkpointing re-enters the
     gather hooks; FSDP keeps the backward gather for both). ``overlap_grad_reduce`` False: the
-    framework reduces gradients only after backward ends, so none of it is hidden (ZeRO 0-2;
-    ZeRO-3's per-layer collectives always run beside compute).
+    framework reduces gradients only after backward ends, so none of it is hidden (ZeRO 0-2).
+    ZeRO-3 issues ``zero3_collectives_per_pass`` all-gathers per gather pass over the stage's
+    parameters, and as many reduce-scatters (one per layer or one per parameter tensor,
+    ``solver.spec.training.Zero3Collectives``), each paying its ring's latency;
+    ``zero3_overlap`` False: each gather and reduce-scatter runs on the compute stream and is
+    waited for, so none of it is hidden.
     """
     dp = parallel.dp_size
     if dp == 1:
         return 0.0
+    slowdown = cluster.gpu.overlap_slowdown
 
-    def collective(kind: str, parameter_count: float, bytes_per_param: int) -> float:
-        return data_parallel_collective_s(cluster, parallel.tp_size, dp, bytes_per_param * parameter_count, kind)
+    def collective(kind: str, parameter_count: float, bytes_per_param: int, calls: float = 1) -> float:
+        return data_parallel_collective_s(cluster, parallel.tp_size, dp, bytes_per_param * parameter_count, kind, calls)
 
     def beside_backward(sync_s: float) -> float:
-        """A gradient sync run bucket by bucket during backward: what backward cannot cover,
+        """A gradient sync run bucket by bucket during backward: what it adds to backward,
         plus the last bucket, reduced after backward ends."""
         if not overlap_grad_reduce:
             return sync_s
-        return max(0.0, sync_s - backward_s) + _last_bucket(sync_s, stage_parameter_count, largest_layer_parameter_count)
+        return overlapped_exposed_s(sync_s, backward_s, slowdown) + _last_bucket(
+            sync_s, stage_parameter_count, largest_layer_parameter_count
+        )
 
     zero = parallel.zero_stage
-    grads_rs = collective("reduce_scatter", stage_parameter_count, GRAD_BYTES_PER_PARAM)
-    params_ag = collective("all_gather", stage_parameter_count, WEIGHT_BYTES_PER_PARAM)
     if zero == ZeroStage.NONE:
         return beside_backward(collective("all_reduce", stage_parameter_count, GRAD_BYTES_PER_PARAM))
+    grads_rs = collective("reduce_scatter", stage_parameter_count, GRAD_BYTES_PER_PARAM)
+    params_ag = collective("all_gather", stage_parameter_count, WEIGHT_BYTES_PER_PARAM)
     if zero == ZeroStage.OS:
         # Gradients reduce-scattered during the last backward; updated parameters all-gathered after the step.
         return beside_backward(grads_rs) + params_ag
     if zero == ZeroStage.OS_G:
         # Gradient shards are reduced after every micro-batch's backward (no full gradient is kept).
         return num_micro_batches * beside_backward(grads_rs) + params_ag
-    # ZeRO-3: every micro-batch gathers parameters for forward and again for backward, and
-    # reduce-scatters its gradients; the first layer's gather cannot be prefetched.
-    first_gather = collective("all_gather", largest_layer_parameter_count, WEIGHT_BYTES_PER_PARAM)
+    # ZeRO-3: every micro-batch gathers parameters for forward and again for backward (a third
+    # time for a recomputed forward), and reduce-scatters its gradients.
+    calls = zero3_collectives_per_pass
+    gather = collective("all_gather", stage_parameter_count, WEIGHT_BYTES_PER_PARAM, calls)
+    scatter = collective("reduce_scatter", stage_parameter_count, GRAD_BYTES_PER_PARAM, calls)
     backward_gathers = 2 if regather_for_recompute else 1
+    if not zero3_overlap:
+        return num_micro_batches * ((1 + backward_gathers) * gather + scatter)
+    # Prefetched on their own stream: the first layer's gather cannot be.
+    first_gather = collective("all_gather", largest_layer_parameter_count, WEIGHT_BYTES_PER_PARAM)
     per_micro_batch = (
-        max(0.0, params_ag - forward_s)
-        + max(0.0, backward_gathers * params_ag + grads_rs - backward_s)
+        overlapped_exposed_s(gather, forward_s, slowdown)
+        + overlapped_exposed_s(backward_gathers * gather + scatter, backward_s, slowdown)
         + first_gather
     )
     return num_micro_batches * per_micro_batch

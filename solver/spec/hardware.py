@@ -26,6 +26,7 @@ LATENCY_S_RANGE = (0.0, 1.0)  # per collective step
 EFFICIENCY_RANGE = (1e-3, 1.0)  # 0.1% to 100% of a peak: GEMM, HBM streaming, collective bus
 SATURATION_DIM_RANGE = (0.0, 1e6)  # k at half efficiency (the short-k penalty)
 NUM_SMS_RANGE = (1, 100_000)
+OVERLAP_SLOWDOWN_RANGE = (0.0, 10.0)  # compute beside a collective: as fast as alone to 11x slower
 GPU_HOUR_PRICE_USD_RANGE = (0.0, 1e6)  # beyond it a cost is no longer meaningful (and may overflow)
 
 # --- GPU defaults -------------------------------------------------------------------------------
@@ -48,6 +49,13 @@ DEFAULT_HBM_EFFICIENCY = 0.8
 # the few-microsecond order of a CUDA kernel launch seen in empty-kernel launch timings. Not
 # measured per GPU and not fitted by `partitura calibrate`; no catalog entry overrides it.
 KERNEL_LAUNCH_S = 5e-6
+# Compute that runs beside a NCCL collective shares SMs, caches and HBM bandwidth with it: Lee et
+# al. 2025 ("Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep
+# Learning", arXiv 2507.03114) measure GPT and Llama layers on A100, H100, MI250 and MI210
+# overlapped with their collectives at an average 18.9% slower than alone (at most 40%). Their
+# average, for every GPU; not fitted. solver.cost.schedule charges it to the compute a
+# collective hides behind.
+DEFAULT_OVERLAP_SLOWDOWN = 0.189
 
 # --- Cluster defaults ---------------------------------------------------------------------------
 # Per-step latency of a ring collective: a few microseconds on NVLink, about 10 us over
@@ -70,7 +78,9 @@ class GpuSpec:
     ``gemm_saturation_dim`` the k (inner dimension) at which a GEMM reaches half of its
     large-k efficiency (see ``solver.cost.compute``);
     ``hbm_efficiency`` the fraction of HBM bandwidth that streaming element-wise kernels reach;
-    ``kernel_launch_s`` the fixed time each kernel adds. Defaults: see the module constants.
+    ``kernel_launch_s`` the fixed time each kernel adds;
+    ``overlap_slowdown`` how much slower compute runs while a collective runs beside it (0.189:
+    18.9% slower). Defaults: see the module constants.
     """
 
     name: str
@@ -82,6 +92,7 @@ class GpuSpec:
     gemm_saturation_dim: float = DEFAULT_GEMM_SATURATION_DIM
     hbm_efficiency: float = DEFAULT_HBM_EFFICIENCY
     kernel_launch_s: float = KERNEL_LAUNCH_S
+    overlap_slowdown: float = DEFAULT_OVERLAP_SLOWDOWN
 
     def __post_init__(self) -> None:
         peaks = {Precision(k): float(v) for k, v in self.peak_flops_per_s.items()}
@@ -100,6 +111,7 @@ class GpuSpec:
         check_in_range("gpu.gemm_saturation_dim", self.gemm_saturation_dim, *SATURATION_DIM_RANGE)
         check_in_range("gpu.num_sms", self.num_sms, *NUM_SMS_RANGE)
         check_in_range("gpu.kernel_launch_s", self.kernel_launch_s, *LATENCY_S_RANGE, "s")
+        check_in_range("gpu.overlap_slowdown", self.overlap_slowdown, *OVERLAP_SLOWDOWN_RANGE)
 
     def supports(self, precision: Precision) -> bool:
         return precision in self.peak_flops_per_s

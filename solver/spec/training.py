@@ -45,6 +45,21 @@ class Framework(str, Enum):
     FSDP = "fsdp"
 
 
+class Zero3Collectives(str, Enum):
+    """How a ZeRO-3 / FSDP stack issues its parameter all-gathers and gradient reduce-scatters.
+
+    PER_LAYER: one collective per wrapped transformer layer and pass (PyTorch FSDP's flat
+    parameter per wrapped block; DeepSpeed from v0.7.0, whose parameter coordinator gathers a
+    module's parameters with one ``all_gather_coalesced``).
+    PER_TENSOR: one collective per parameter tensor (DeepSpeed v0.3.x-v0.6.x: ``_all_gather``
+    calls ``_allgather_param`` for each parameter and ``_reduce_scatter_gradients`` calls
+    ``_reduce_scatter_gradient`` for each, deepspeed/runtime/zero/partition_parameters.py at
+    v0.3.15). Every collective pays its ring's latency, so this matters on large groups.
+    """
+
+    PER_LAYER = "per_layer"
+    PER_TENSOR = "per_tensor"
+
 
 @dataclass(frozen=True)
 class TrainingSpec:
@@ -76,12 +91,15 @@ class TrainingSpec:
     flash_attention: bool = True
     overlap_grad_reduce: bool = True
     fused_kernels: bool = True
+    zero3_collectives: Zero3Collectives = Zero3Collectives.PER_LAYER
+    zero3_overlap: bool = True
 
     def __post_init__(self) -> None:
         check_positive_int("training.global_batch_size", self.global_batch_size)
         check_positive_int("training.seq_length", self.seq_length)
         object.__setattr__(self, "precision", Precision(self.precision))
         object.__setattr__(self, "optimizer", OptimizerKind(self.optimizer))
+        object.__setattr__(self, "zero3_collectives", Zero3Collectives(self.zero3_collectives))
         if self.train_tokens is not None and not 0 < self.train_tokens <= TRAIN_TOKENS_MAX:
             raise SpecError("training.train_tokens", f"must be positive and at most {TRAIN_TOKENS_MAX:g}, got {self.train_tokens!r}")
 

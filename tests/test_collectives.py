@@ -1,0 +1,58 @@
+"""ZeRO-3 collectives as stacks issue them, and the slowdown of compute that runs beside a
+collective (issue 13, mechanisms 3 and 4)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import catalog
+from solver.cost.comm import inter_node_link
+from solver.cost.evaluate import evaluate
+from solver.cost.schedule import overlapped_exposed_s
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import Precision, Recompute, TrainingSpec, Zero3Collectives, ZeroStage
+
+
+def node_cluster(node: str, num_gpus: int):
+    """A cluster of ``num_gpus`` GPUs of a catalog node type."""
+    return catalog.cluster_spec_from_dict(catalog.node_cluster_entry(node, num_gpus))
+
+
+def test_overlapped_compute_pays_its_slowdown():
+    """Compute C beside a collective K runs 1 + s times slower while both run (Lee et al. 2025:
+    s = 0.189 on average): K s / (1 + s) extra while compute outlasts the collective, K - C once
+    the collective sets the pace; continuous where they meet."""
+    s = 0.189
+    assert overlapped_exposed_s(1.0, 10.0, s) == pytest.approx(s / (1 + s))
+    assert overlapped_exposed_s(10.0, 1.0, s) == pytest.approx(9.0)
+    meet = 2.0 * (1 + s)
+    assert overlapped_exposed_s(meet, 2.0, s) == pytest.approx(meet - 2.0)
+    assert overlapped_exposed_s(0.0, 5.0, s) == 0.0
+    assert overlapped_exposed_s(1.0, 10.0, 0.0) == 0.0
+
+
+def test_zero3_per_tensor_collectives_pay_ring_latency_per_tensor():
+    """DeepSpeed v0.3.x gathers and reduce-scatters each parameter tensor on its own (12 per GPT
+    layer) and waits for each on the compute stream; the step then carries every gather and
+    reduce-scatter in full, and each call pays the ring's n - 1 step latencies."""
+    cluster = node_cluster("dgx-a100-80gb", 256)
+    model = catalog.get_model("gpt3-1.3b")
+    par = ParallelConfig(256, 1, 1, ZeroStage.OS_G_P, 1, Recompute.NONE)
+    layer_wise = TrainingSpec(256, 2048, Precision.BF16)
+    per_tensor = dataclasses.replace(layer_wise, zero3_collectives=Zero3Collectives.PER_TENSOR, zero3_overlap=False)
+    serial_layers = dataclasses.replace(layer_wise, zero3_overlap=False)
+    ev = {name: evaluate(model, cluster, spec, par, num_gpus=256).prediction
+          for name, spec in (("layer", layer_wise), ("tensor", per_tensor), ("serial", serial_layers))}
+    # Serial per-layer collectives: two gathers and one reduce-scatter, each per layer.
+    exposed_serial = ev["serial"].breakdown_s["dp_comm_exposed_s"]
+    exposed_tensor = ev["tensor"].breakdown_s["dp_comm_exposed_s"]
+    per_call_s = 255 * inter_node_link(cluster).latency_s
+    calls_per_layer = 12
+    layers = model.num_layers
+    # The per-tensor extra latency: 3 passes x (calls - layer-wise calls) x per-call latency.
+    extra_calls = (layers * calls_per_layer + 2 + 2) - (layers + 2)
+    assert exposed_tensor - exposed_serial == pytest.approx(3 * extra_calls * per_call_s, rel=1e-9)
+    # Overlapped per-layer collectives hide most of it.
+    assert ev["layer"].breakdown_s["dp_comm_exposed_s"] < exposed_serial
