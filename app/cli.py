@@ -141,6 +141,34 @@ def _command_catalog(args: argparse.Namespace, settings: Settings, out: IO[str])
     return 0
 
 
+def _command_sweep(args: argparse.Namespace, settings: Settings, out: IO[str], stdin: IO[str]) -> int:
+    from sqlalchemy.orm import sessionmaker
+
+    from app.core.metrics import Metrics
+    from app.core.solver_pool import InlineSolver
+    from app.core.versions import current_versions
+    from app.sweeps import service
+    from app.sweeps.schemas import SweepRequest
+    from app.sweeps.table import sweep_table
+    from solver.sweep.chart import pareto_chart, scaling_chart
+
+    body = _parse(SweepRequest, _read_body(args.file, stdin))
+    with _database(settings, args.db) as (settings, session):
+        points = sessionmaker(bind=session.get_bind(), expire_on_commit=False, autoflush=False)
+        document = service.create_sweep(session, points, InlineSolver(), Metrics(), settings, current_versions(), body)
+        session.commit()
+        if args.charts is not None:
+            args.charts.mkdir(parents=True, exist_ok=True)
+            analysis, results = service.analysis_of(document)
+            (args.charts / "scaling.svg").write_text(scaling_chart(analysis, service.model_name(document)))
+            (args.charts / "pareto.svg").write_text(pareto_chart(results, document.pareto_front, service.model_name(document)))
+    if args.json:
+        _write_json(out, document.model_dump(mode="json"))
+    else:
+        out.write(sweep_table(document))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="partitura", description="Plan hybrid-parallel transformer training.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -176,6 +204,13 @@ def build_parser() -> argparse.ArgumentParser:
     catalog.add_argument("name", nargs="?", help="show this entry (default: list all)")
     catalog.add_argument("--db", action="store_true", help="include custom entries from DATABASE_URL")
     catalog.set_defaults(action=_command_catalog)
+
+    sweep = commands.add_parser("sweep", help="plan a grid of GPU counts, clusters and batch sizes: a POST /v1/sweeps body")
+    sweep.add_argument("file", metavar="FILE|-")
+    sweep.add_argument("--db", action="store_true", help=db_help)
+    sweep.add_argument("--json", action="store_true", help="print the sweep document instead of the table")
+    sweep.add_argument("--charts", type=Path, metavar="DIR", help="also write scaling.svg and pareto.svg into DIR")
+    sweep.set_defaults(action_with_input=_command_sweep)
 
     register_profiler_commands(commands)
     return parser

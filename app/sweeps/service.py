@@ -327,8 +327,10 @@ def get_sweep(session: Session, sweep_id: str) -> schemas.Sweep:
     return sweep_document(_stored(session, sweep_id))
 
 
-def _results(document: schemas.Sweep) -> list[PointResult]:
-    return [
+def analysis_of(document: schemas.Sweep) -> tuple[SweepAnalysis, list[PointResult]]:
+    """The analysis of a sweep's points, recomputed from its stored figures (what the charts
+    draw; the same as the stored analysis), and those points."""
+    results = [
         PointResult(
             cluster=p.cluster,
             num_gpus=p.num_gpus,
@@ -342,18 +344,19 @@ def _results(document: schemas.Sweep) -> list[PointResult]:
         )
         for p in document.points
     ]
+    return analyse(results, document.efficiency_threshold), results
 
 
-def _model_name(document: schemas.Sweep) -> str:
+def model_name(document: schemas.Sweep) -> str:
     model = document.request.model
     return model if isinstance(model, str) else model.name
 
 
 def scaling_svg(session: Session, sweep_id: str) -> str:
     document = get_sweep(session, sweep_id)
-    return scaling_chart(analyse(_results(document), document.efficiency_threshold), _model_name(document))
+    return scaling_chart(analysis_of(document)[0], model_name(document))
 
 
 def pareto_svg(session: Session, sweep_id: str) -> str:
     document = get_sweep(session, sweep_id)
-    return pareto_chart(_results(document), document.pareto_front, _model_name(document))
+    return pareto_chart(analysis_of(document)[1], document.pareto_front, model_name(document))
