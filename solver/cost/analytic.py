@@ -66,6 +66,17 @@ FUSED = ElementwiseCost(score_bytes=4 + 5, hidden_bytes=8 + 14, head_copy_bytes=
 # (2 x 5) and two residual adds (2 x 6); Q, K and V are permuted into heads and the context back
 # by copies (torch.matmul cannot fold the permuted batch dimensions): 4 bytes per element.
 EAGER = ElementwiseCost(score_bytes=4 + 4 + 4 + 5, hidden_bytes=8 + 10 + 12, head_copy_bytes=4, kernels=12)
+# FP8 GEMMs (Transformer Engine) need their operands in FP8: TE's cast_transpose kernel
+# (transformer_engine/common/transpose/cast_transpose.cu) reads a 16-bit tensor and writes its FP8
+# cast and the FP8 transpose (updating the amax the scaling recipe needs) in one pass: 2 bytes read,
+# 1 + 1 written per element. Forward casts each GEMM's input (the transpose feeds the wgrad GEMM);
+# backward casts each GEMM's output gradient (dgrad reads the cast, wgrad the transpose). Weights are
+# cast once per step and cached over the micro-batches (TE's ``is_first_microbatch``, which
+# Megatron-core passes), so they are not charged per micro-batch. These kernels scale with
+# (m + n) k, not m n k: they matter most at small hidden sizes (issue 13, mechanism 7).
+FP8_CAST_TRANSPOSE_BYTES = 4
+FP8_CAST_KERNELS = 4  # one per linear layer, forward and again backward
+
 # Cross-entropy over fp32 logits: convert, max, exp-sum and loss passes (~12 bytes per logit) each way.
 CROSS_ENTROPY_BYTES = 12
 
@@ -98,6 +109,23 @@ def _attention_core_s(
     forward_s = gemm_time_s(gpu, precision16, s, s, d, heads_local) + gemm_time_s(gpu, precision16, s, d, s, heads_local)
     score_s = elementwise_time_s(gpu, elementwise.score_bytes * heads_local * s * s, kernels=2)
     return forward_s, BACKWARD_TO_FORWARD * forward_s, score_s
+
+
+def _fp8_cast_s(model: ModelSpec, gpu: GpuSpec, precision: Precision, tokens: float, tp_size: int) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's FP8 cast-transpose kernels on one TP rank: each
+    linear layer's input (tokens x its local in-width) forward, its output gradient (tokens x its
+    local out-width) backward (see FP8_CAST_TRANSPOSE_BYTES). Zero in 16 bit."""
+    if precision is not Precision.FP8:
+        return 0.0, 0.0
+    t = tp_size
+    h, kv, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
+    up = (2 if model.mlp_activation is MlpActivation.SWIGLU else 1) * f
+    inputs = tokens * (h + h / t + h + f / t)  # QKV, output projection, up (+ gate), down
+    output_grads = tokens * ((h + 2 * kv) / t + h + up / t + h)
+    return (
+        elementwise_time_s(gpu, FP8_CAST_TRANSPOSE_BYTES * inputs, kernels=FP8_CAST_KERNELS),
+        elementwise_time_s(gpu, FP8_CAST_TRANSPOSE_BYTES * output_grads, kernels=FP8_CAST_KERNELS),
+    )
 
 
 def _kept_bytes(model: ModelSpec, shape: ProfileShape, s: int, flash: bool) -> tuple[int, int, int]:
@@ -144,11 +172,13 @@ def _layer_profile(
     other_elementwise_s = elementwise_time_s(
         gpu, elementwise.hidden_bytes * tokens_local * h + activation_fn_bytes + head_copy_bytes, kernels=elementwise.kernels
     )
-    forward_s = gemm_forward_s + attention_forward_s + score_elementwise_s + other_elementwise_s
+    fp8_forward_s, fp8_backward_s = _fp8_cast_s(model, gpu, precision, tokens, t)
+    forward_s = gemm_forward_s + attention_forward_s + score_elementwise_s + other_elementwise_s + fp8_forward_s
     backward_s = (
         BACKWARD_TO_FORWARD * gemm_forward_s
         + ELEMENTWISE_BACKWARD_TO_FORWARD * (score_elementwise_s + other_elementwise_s)
         + attention_backward_s
+        + fp8_backward_s
     )
     selective_recompute_s = 0.0 if flash else attention_forward_s + score_elementwise_s
 
