@@ -38,6 +38,7 @@ bench: install
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/plan_quality.py
 	$(BIN)/python bench/cli.py
+	$(BIN)/python bench/sweep.py
 
 clean:
 	rm -rf $(VENV)
