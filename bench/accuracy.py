@@ -237,6 +237,8 @@ def training_for(record: dict, settings: dict, model: ModelSpec, padded: bool = 
         fused_kernels=settings.get("fused_kernels", True),
         zero3_collectives=settings.get("zero3_collectives", "per_layer"),
         zero3_overlap=settings.get("zero3_overlap", True),
+        tp_comm_overlap=settings.get("tp_comm_overlap", False),
+        overlap_p2p_comm=settings.get("overlap_p2p_comm", False),
     )
 
 

@@ -8,9 +8,8 @@ import dataclasses
 import pytest
 
 import catalog
-from solver.cost.comm import inter_node_link
+from solver.cost.comm import inter_node_link, overlapped_exposed_s
 from solver.cost.evaluate import evaluate
-from solver.cost.schedule import overlapped_exposed_s
 from solver.spec.parallel import ParallelConfig
 from solver.spec.training import Precision, Recompute, TrainingSpec, Zero3Collectives, ZeroStage
 
@@ -56,3 +55,50 @@ def test_zero3_per_tensor_collectives_pay_ring_latency_per_tensor():
     assert exposed_tensor - exposed_serial == pytest.approx(3 * extra_calls * per_call_s, rel=1e-9)
     # Overlapped per-layer collectives hide most of it.
     assert ev["layer"].breakdown_s["dp_comm_exposed_s"] < exposed_serial
+
+
+def test_tensor_parallel_collectives_overlapped_inside_the_gemms():
+    """Transformer Engine userbuffers (``tp_comm_overlap``) run the TP all-gathers and
+    reduce-scatters inside the layer's GEMMs: a layer whose GEMMs outlast its collectives pays
+    only the slowdown of those GEMMs, s / (1 + s) of the collective time."""
+    from solver.cost.analytic import analytic_profile
+    from solver.cost.profile import ProfileShape
+
+    cluster = node_cluster("dgx-h100", 8)
+    model = catalog.get_model("gpt3-175b")
+    serial = TrainingSpec(1024, 2048, Precision.BF16)
+    overlapped = dataclasses.replace(serial, tp_comm_overlap=True)
+    shape = ProfileShape(8, 2, True)
+    raw = analytic_profile(model, cluster, serial, shape).transformer_layers[0]
+    hidden = analytic_profile(model, cluster, overlapped, shape).transformer_layers[0]
+    s = cluster.gpu.overlap_slowdown
+    assert raw.tp_comm_s > 0
+    assert hidden.tp_comm_s == pytest.approx(raw.tp_comm_s * s / (1 + s))
+    assert (hidden.forward_s, hidden.backward_s) == (raw.forward_s, raw.backward_s)
+
+
+def test_interleaved_pipeline_overlaps_its_steady_state_p2p():
+    """Megatron-core's ``overlap_p2p_comm`` (interleaved schedule only): the m v steady-state
+    exchanges run beside compute and cost their slowdown; the p - 1 fill and drain exchanges stay
+    exposed; a non-interleaved schedule is unchanged."""
+    from solver.cost.comm import p2p_s, pp_link
+
+    cluster = node_cluster("dgx-a100-80gb", 64)
+    model = catalog.get_model("gpt3-13b")
+    serial = TrainingSpec(128, 2048, Precision.BF16)
+    overlapped = dataclasses.replace(serial, overlap_p2p_comm=True)
+    s = cluster.gpu.overlap_slowdown
+    for virtual in (1, 2):
+        par = ParallelConfig(8, 2, 4, ZeroStage.NONE, 1, Recompute.NONE, virtual_stages=virtual)
+        before = evaluate(model, cluster, serial, par, num_gpus=64).prediction.breakdown_s["pp_comm_s"]
+        after = evaluate(model, cluster, overlapped, par, num_gpus=64).prediction.breakdown_s["pp_comm_s"]
+        if virtual == 1:
+            assert after == before
+            continue
+        link = pp_link(cluster, 2, 8, 4)
+        message = 2 * 1 * 2048 * model.hidden_size / 2  # 16-bit b*s*h over tp 2
+        exchange = 2 * p2p_s(message, link)
+        m = 128 // 8
+        steady, fill = m * virtual * exchange, 3 * exchange
+        assert before == pytest.approx(steady + fill)
+        assert after == pytest.approx(steady * s / (1 + s) + fill)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from solver.cost.comm import all_reduce_s, tp_link
+from solver.cost.comm import all_reduce_s, overlapped_exposed_s, tp_link
 from solver.cost.compute import elementwise_time_s, gemm_time_s
 from solver.cost.flops import (
     attention_score_flops,
@@ -183,8 +183,11 @@ def _layer_profile(
     selective_recompute_s = 0.0 if flash else attention_forward_s + score_elementwise_s
 
     # 2 all-reduces forward + 2 backward of the b*s*h activation (or the same volume as
-    # all-gather + reduce-scatter pairs with sequence parallelism).
+    # all-gather + reduce-scatter pairs with sequence parallelism). Overlapped inside the GEMMs
+    # (``training.tp_comm_overlap``), they cost what the GEMMs lose running beside them.
     tp_comm_s = 4 * _activation_all_reduce_s(cluster, tokens, h, t)
+    if training.tp_comm_overlap:
+        tp_comm_s = overlapped_exposed_s(tp_comm_s, (1 + BACKWARD_TO_FORWARD) * gemm_forward_s, gpu.overlap_slowdown)
 
     activation, selective, checkpoint = _kept_bytes(model, shape, s, flash)
     return LayerProfile(

@@ -98,3 +98,16 @@ def data_parallel_collective_s(
     if kind in ("reduce_scatter", "all_gather"):
         return reduce_scatter_s(message_bytes, dp_size, link, collectives)
     raise ValueError(f"unknown collective {kind!r}")
+
+
+def overlapped_exposed_s(collective_s: float, compute_s: float, slowdown: float) -> float:
+    """Seconds a collective adds to ``compute_s`` of compute it runs beside.
+
+    While both run, compute goes 1 + ``slowdown`` times slower (``GpuSpec.overlap_slowdown``,
+    Lee et al. 2025). A collective of K seconds beside C seconds of compute: if the compute
+    outlasts it (K <= C (1 + s)) the step grows by K s / (1 + s), the work compute lost while
+    the collective ran; otherwise the collective sets the pace and the step grows by K - C.
+    """
+    if collective_s <= 0:
+        return 0.0
+    return max(collective_s - compute_s, collective_s * slowdown / (1 + slowdown))

@@ -100,7 +100,7 @@ def evaluate(
         _tail(cost, cluster, training, parallel, stage_policy, policy, zero3_collectives_per_pass(model, training, parallel, stage, layers))
         for stage, (cost, layers) in enumerate(zip(costs, chunks))
     ]
-    step_s, breakdown = step_time(costs, tails, prof, cluster, parallel, m)
+    step_s, breakdown = step_time(costs, tails, prof, cluster, parallel, m, training.overlap_p2p_comm)
     recomputed_layers = sum(full for layers in chunks for _, full in layers)
     reports = tuple(
         StageReport(
@@ -187,6 +187,7 @@ def step_time(
     cluster: ClusterSpec,
     parallel: ParallelConfig,
     num_micro_batches: int,
+    overlap_p2p_comm: bool = False,
 ) -> tuple[float, StepBreakdown]:
     """One step: the schedule over the slowest stage, the pipeline's p2p sends, then the slowest
     stage tail (gradient sync and optimizer step)."""
@@ -194,7 +195,9 @@ def step_time(
     critical = max(costs, key=lambda cost: cost.time.total_s).time
     busy_s, bubble_s = pipeline_time_s(critical.total_s, parallel.pp_size, parallel.virtual_stages, m)
     blocks = prof.transformer_layers
-    pp_comm = pipeline_comm_s(cluster, parallel, m, blocks[0].output_bytes if blocks else 0)
+    pp_comm = pipeline_comm_s(
+        cluster, parallel, m, blocks[0].output_bytes if blocks else 0, overlap=overlap_p2p_comm, busy_s=busy_s
+    )
     tail = max(tails, key=lambda t: t.dp_exposed_s + t.optimizer_s)
     step_s = busy_s + bubble_s + pp_comm + tail.dp_exposed_s + tail.optimizer_s
     breakdown = StepBreakdown(

@@ -12,7 +12,7 @@ exposed, and compute runs slower beside collectives (Lee et al. 2025, ``overlapp
 
 from __future__ import annotations
 
-from solver.cost.comm import data_parallel_collective_s, p2p_s, pp_link
+from solver.cost.comm import data_parallel_collective_s, overlapped_exposed_s, p2p_s, pp_link
 from solver.cost.memory import GRAD_BYTES_PER_PARAM, WEIGHT_BYTES_PER_PARAM
 from solver.spec.hardware import ClusterSpec
 from solver.spec.parallel import ParallelConfig
@@ -38,29 +38,25 @@ def pipeline_time_s(slowest_stage_s: float, pp_size: int, virtual_stages: int, n
 
 
 def pipeline_comm_s(
-    cluster: ClusterSpec, parallel: ParallelConfig, num_micro_batches: int, message_bytes: float
+    cluster: ClusterSpec, parallel: ParallelConfig, num_micro_batches: int, message_bytes: float,
+    overlap: bool = False, busy_s: float = 0.0,
 ) -> float:
     """Point-to-point time on the critical path: every micro-batch sends its activations forward
     and its gradient backward across each of the slowest stage's v chunk boundaries; fill and
-    drain add p - 1 more exchanges. Megatron-LM's p2p sends are not overlapped with compute."""
+    drain add p - 1 more exchanges. Megatron-LM's p2p sends are not overlapped with compute.
+    ``overlap``: the interleaved schedule posts each steady-state exchange beside the next
+    chunk's compute (Megatron-core's ``overlap_p2p_comm``, interleaved schedule only), so those
+    m v exchanges cost only what they take from the ``busy_s`` of compute they run beside
+    (``overlapped_exposed_s``); fill and drain stay exposed."""
     if parallel.pp_size == 1:
         return 0.0
     link = pp_link(cluster, parallel.tp_size, parallel.dp_size, parallel.pp_size)
-    exchanges = num_micro_batches * parallel.virtual_stages + parallel.pp_size - 1
-    return 2 * exchanges * p2p_s(message_bytes, link)
-
-
-def overlapped_exposed_s(collective_s: float, compute_s: float, slowdown: float) -> float:
-    """Seconds a collective adds to ``compute_s`` of compute it runs beside.
-
-    While both run, compute goes 1 + ``slowdown`` times slower (``GpuSpec.overlap_slowdown``,
-    Lee et al. 2025). A collective of K seconds beside C seconds of compute: if the compute
-    outlasts it (K <= C (1 + s)) the step grows by K s / (1 + s), the work compute lost while
-    the collective ran; otherwise the collective sets the pace and the step grows by K - C.
-    """
-    if collective_s <= 0:
-        return 0.0
-    return max(collective_s - compute_s, collective_s * slowdown / (1 + slowdown))
+    exchange_s = 2 * p2p_s(message_bytes, link)
+    steady_s = num_micro_batches * parallel.virtual_stages * exchange_s
+    fill_drain_s = (parallel.pp_size - 1) * exchange_s
+    if overlap and parallel.virtual_stages > 1:
+        return overlapped_exposed_s(steady_s, busy_s, cluster.gpu.overlap_slowdown) + fill_drain_s
+    return steady_s + fill_drain_s
 
 
 def data_parallel_exposed_s(

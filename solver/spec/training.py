@@ -93,6 +93,8 @@ class TrainingSpec:
     fused_kernels: bool = True
     zero3_collectives: Zero3Collectives = Zero3Collectives.PER_LAYER
     zero3_overlap: bool = True
+    tp_comm_overlap: bool = False
+    overlap_p2p_comm: bool = False
 
     def __post_init__(self) -> None:
         check_positive_int("training.global_batch_size", self.global_batch_size)
