@@ -1,14 +1,48 @@
-"""DeepSpeed: what it can run.
+"""DeepSpeed: what it can run, and a plan as ``ds_config.json`` plus the launch of Megatron-DeepSpeed
+(``pretrain_gpt.py`` with ``--deepspeed``), which brings tensor and pipeline parallelism.
 
 Its pipeline engine accepts ZeRO-0/1 only: ZeRO-2/3 with pipeline parallelism is refused
-(DeepSpeed ``PipelineEngine`` asserts the ZeRO stage is below 2).
+(DeepSpeed ``PipelineEngine`` asserts the ZeRO stage is below 2). It runs one model chunk per
+stage (no interleaving), reduces gradients only after the last backward pass of a step, splits
+the transformer layers itself (Megatron-DeepSpeed's ``partition_method='type:transformer'``:
+as even as possible, the first stages taking the remainder) and, under a pipeline, recomputes
+every layer or none (``activation_checkpoint_interval``; Megatron-DeepSpeed refuses the block
+method there). Without a pipeline, Megatron-DeepSpeed's own block recomputation applies.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+from typing import Any
+
+from solver.cost.flops import layer_parameter_count
+from solver.cost.memory import ZERO3_PREFETCHED_LAYERS
+from solver.frameworks.export import (
+    Difference,
+    Export,
+    ExportFormat,
+    LaunchFile,
+    PlanToExport,
+    RecomputeForm,
+    all_full,
+    differs,
+    full_recompute_counts,
+    recompute_form,
+    resplit,
+)
+from solver.frameworks.megatron import Argument, render_shell
+from solver.spec.legality import uniform_partition
+from solver.spec.model import Architecture, MlpActivation, PositionEmbedding
 from solver.spec.parallel import ParallelConfig
 from solver.spec.rules import Rule, Violation
-from solver.spec.training import ZeroStage
+from solver.spec.training import Precision, TrainingSpec, ZeroStage
+
+# Parameters under this many elements per hidden unit (norm scales, biases) stay gathered
+# under ZeRO-3 instead of being fetched per use: a few MB in all.
+PERSISTENCE_ELEMENTS_PER_HIDDEN = 10
+# Gradients of at most this many elements are reduced in one bucket (DeepSpeed's default, 5e8).
+DEFAULT_BUCKET_ELEMENTS = 500_000_000
 
 
 def violations(parallel: ParallelConfig) -> list[Violation]:
@@ -16,3 +50,183 @@ def violations(parallel: ParallelConfig) -> list[Violation]:
     if zero >= ZeroStage.OS_G and pp > 1:
         return [Violation(Rule.ZERO_WITH_PP, f"zero_stage {int(zero)} with pp_size {pp} is not supported (DeepSpeed allows only ZeRO-0/1 with pipelines)")]
     return []
+
+
+def pipeline_split(num_layers: int, pp_size: int) -> tuple[int, ...]:
+    """Transformer layers per stage as DeepSpeed's ``type:transformer`` partition balances them:
+    as even as possible, one more layer on each of the first ``num_layers % pp_size`` stages."""
+    base, extra = divmod(num_layers, pp_size)
+    return tuple(base + (1 if stage < extra else 0) for stage in range(pp_size))
+
+
+def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, TrainingSpec, tuple[Difference, ...]]:
+    """The configuration and training settings nearest to the plan that DeepSpeed runs exactly,
+    and what differs."""
+    parallel, training = plan.parallel, plan.training
+    out: list[Difference] = []
+    pp = parallel.pp_size
+    if parallel.zero_stage >= ZeroStage.OS_G and pp > 1:
+        out.append(differs(
+            "parallel.zero_stage", int(parallel.zero_stage), 1,
+            "DeepSpeed's pipeline engine runs ZeRO-0/1 only; ZeRO-1 keeps gradients replicated,"
+            " so each GPU needs more memory than planned",
+        ))
+        parallel = replace(parallel, zero_stage=ZeroStage.OS)
+    form = recompute_form(plan, parallel)
+    if pp > 1:
+        chunks = plan.chunk_layers(parallel)
+        # Layers on each stage (all its chunks when interleaved).
+        layers = tuple(sum(chunks[stage::pp]) for stage in range(pp))
+        split = pipeline_split(plan.model.num_layers, pp)
+        if parallel.virtual_stages > 1:
+            out.append(differs(
+                "parallel.virtual_stages", parallel.virtual_stages, 1,
+                "DeepSpeed's pipeline engine runs one model chunk per stage (no interleaved"
+                " schedule): a larger pipeline bubble, fewer activations in flight",
+            ))
+        if parallel.virtual_stages > 1 or chunks != split:
+            if layers != split:
+                out.append(differs(
+                    "parallel.stage_layers", layers, split,
+                    "DeepSpeed splits the transformer layers itself, as evenly as possible with"
+                    " the remainder on the first stages (partition_method type:transformer)",
+                ))
+            stage_layers = None if split == uniform_partition(plan.model.num_layers, pp) else split
+            parallel = resplit(parallel, form, stage_layers, 1)
+        form_now = recompute_form(plan, parallel)
+        if form_now in (RecomputeForm.FULL_PARTIAL, RecomputeForm.MIXED):
+            counts = full_recompute_counts(plan, parallel)
+            out.append(differs(
+                "parallel.full_recompute_layers", counts, plan.chunk_layers(parallel),
+                "under a pipeline DeepSpeed recomputes every layer or none"
+                " (activation_checkpoint_interval); every layer needs no more memory, and more time",
+            ))
+            parallel = all_full(parallel)
+        if training.overlap_grad_reduce:
+            out.append(differs(
+                "training.overlap_grad_reduce", True, False,
+                "DeepSpeed's pipeline engine reduces gradients after the last backward pass of the"
+                " step (ReduceGrads follows the last BackwardPass): same memory, more time",
+            ))
+            training = replace(training, overlap_grad_reduce=False)
+    elif form is RecomputeForm.MIXED:
+        out.append(differs(
+            "parallel.recompute", f"selective, full in {list(full_recompute_counts(plan, parallel))} layers", "full in every layer",
+            "Megatron-DeepSpeed applies one recompute granularity to the whole model; every layer"
+            " fully needs no more memory, and more time",
+        ))
+        parallel = all_full(parallel)
+    if training.precision is Precision.FP8:
+        out.append(differs(
+            "training.precision", "fp8", "bf16",
+            "DeepSpeed and Megatron-DeepSpeed have no FP8 GEMM setting; bf16 GEMMs take longer",
+        ))
+        training = replace(training, precision=Precision.BF16)
+    return parallel, training, tuple(out)
+
+
+def ds_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSpec) -> dict[str, Any]:
+    """``ds_config.json``: batch, precision and ZeRO settings. Bucket sizes follow the cost
+    model's assumptions: gradients reduced about one layer at a time, and under ZeRO-3 the
+    layer in use and the next one prefetched gathered at once (``ZERO3_PREFETCHED_LAYERS``)."""
+    layer_elements = layer_parameter_count(plan.model) // parallel.tp_size
+    zero: dict[str, Any] = {
+        "stage": int(parallel.zero_stage),
+        "overlap_comm": training.overlap_grad_reduce,
+        "contiguous_gradients": True,
+        "reduce_scatter": True,
+        "reduce_bucket_size": layer_elements if parallel.zero_stage >= ZeroStage.OS_G else DEFAULT_BUCKET_ELEMENTS,
+        "allgather_bucket_size": DEFAULT_BUCKET_ELEMENTS,
+    }
+    if parallel.zero_stage == ZeroStage.OS_G_P:
+        del zero["allgather_bucket_size"]  # ZeRO-3 gathers by prefetch bucket instead
+        zero.update({
+            "stage3_prefetch_bucket_size": layer_elements,
+            "stage3_max_live_parameters": ZERO3_PREFETCHED_LAYERS * layer_elements,
+            "stage3_max_reuse_distance": ZERO3_PREFETCHED_LAYERS * layer_elements,
+            "stage3_param_persistence_threshold": PERSISTENCE_ELEMENTS_PER_HIDDEN * plan.model.hidden_size,
+        })
+    config: dict[str, Any] = {
+        "train_batch_size": training.global_batch_size,
+        "train_micro_batch_size_per_gpu": parallel.micro_batch_size,
+        "gradient_accumulation_steps": plan.num_micro_batches,
+        "gradient_clipping": 1.0,
+        "steps_per_print": 10,
+        "zero_optimization": zero,
+        "wall_clock_breakdown": False,
+    }
+    if training.precision is Precision.FP16:
+        config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1}
+    else:
+        config["bf16"] = {"enabled": True}
+    if recompute_form(plan, parallel) in (RecomputeForm.FULL_ALL, RecomputeForm.FULL_PARTIAL):
+        config["activation_checkpointing"] = {
+            "partition_activations": False, "contiguous_memory_optimization": False, "cpu_checkpointing": False,
+        }
+    return config
+
+
+def launcher_arguments(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSpec) -> list[Argument]:
+    """Megatron-DeepSpeed ``pretrain_gpt.py`` arguments for an exact configuration."""
+    model = plan.model
+    args: list[Argument] = [("--tensor-model-parallel-size", str(parallel.tp_size))]
+    if parallel.pp_size > 1:
+        args.append(("--pipeline-model-parallel-size", str(parallel.pp_size)))
+    else:
+        args.append(("--no-pipeline-parallel", None))
+    if parallel.sequence_parallel and parallel.tp_size > 1:
+        args.append(("--sequence-parallel", None))
+    args += [("--micro-batch-size", str(parallel.micro_batch_size)), ("--global-batch-size", str(training.global_batch_size))]
+    form = recompute_form(plan, parallel)
+    if form is RecomputeForm.SELECTIVE:
+        args.append(("--recompute-granularity", "selective"))
+    elif form is RecomputeForm.FULL_ALL:
+        args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", "1"),
+                 ("--deepspeed-activation-checkpointing", None)]
+    elif form is RecomputeForm.FULL_PARTIAL:  # no pipeline: one chunk, so any count is a block
+        args += [("--recompute-granularity", "full"), ("--recompute-method", "block"),
+                 ("--recompute-num-layers", str(full_recompute_counts(plan, parallel)[0]))]
+    args.append(("--fp16", None) if training.precision is Precision.FP16 else ("--bf16", None))
+    if training.flash_attention:
+        args.append(("--use-flash-attn-v2", None))
+    if not training.fused_kernels:
+        args += [("--no-bias-gelu-fusion", None), ("--no-masked-softmax-fusion", None), ("--no-bias-dropout-fusion", None)]
+    args += [
+        ("--num-layers", str(model.num_layers)),
+        ("--hidden-size", str(model.hidden_size)),
+        ("--ffn-hidden-size", str(model.ffn_hidden_size)),
+        ("--num-attention-heads", str(model.num_attention_heads)),
+    ]
+    if model.num_kv_heads < model.num_attention_heads:
+        args.append(("--num-key-value-heads", str(model.num_kv_heads)))
+    args += [("--seq-length", str(training.seq_length)), ("--max-position-embeddings", str(max(model.seq_length, training.seq_length)))]
+    if model.position_embedding is PositionEmbedding.NONE:
+        args += [("--use-rotary-position-embeddings", None), ("--no-position-embedding", None)]
+    if model.mlp_activation is MlpActivation.SWIGLU:
+        args += [("--swiglu", None), ("--normalization", "rmsnorm"), ("--disable-bias-linear", None)]
+    if not model.tied_embeddings:
+        args.append(("--untie-embeddings-and-output-weights", None))
+    args += [("--deepspeed", None), ("--deepspeed_config", "ds_config.json"), ("--zero-stage", str(int(parallel.zero_stage)))]
+    return args
+
+
+def export(plan: PlanToExport) -> Export:
+    parallel, training, differences = exact_config(plan)
+    program = "pretrain_bert.py" if plan.model.architecture is Architecture.ENCODER else "pretrain_gpt.py"
+    header = [
+        f"Megatron-DeepSpeed launch for {plan.model.name} on {plan.num_gpus} GPUs ({plan.num_nodes} node(s) x {plan.processes_per_node}):"
+        f" dp {parallel.dp_size} x tp {parallel.tp_size} x pp {parallel.pp_size}, ZeRO-{int(parallel.zero_stage)}.",
+        "exact: the plan as planned." if not differences else "NOT exact: the nearest configuration DeepSpeed runs; see the differences.",
+        "HOSTFILE lists the nodes (one 'host slots=N' line each); ds_config.json sits beside this script;",
+        "add data, tokenizer, optimizer and checkpoint arguments in EXTRA_ARGS.",
+    ]
+    launcher = ["deepspeed", '--hostfile "${HOSTFILE:-hostfile}"', f"--num_nodes {plan.num_nodes}", f"--num_gpus {plan.processes_per_node}"]
+    environment = ["export CUDA_DEVICE_MAX_CONNECTIONS=1"] if parallel.tp_size > 1 else []
+    script = render_shell(program, launcher, launcher_arguments(plan, parallel, training), header, environment)
+    config = json.dumps(ds_config(plan, parallel, training), indent=2) + "\n"
+    files = (
+        LaunchFile("ds_config.json", "application/json", config),
+        LaunchFile("launch.sh", "text/x-shellscript", script),
+    )
+    notes = (f"vocabulary of {plan.model.vocab_size} tokens: pass your tokenizer",)
+    return Export(ExportFormat.DEEPSPEED, not differences, parallel, training, differences, files, notes)

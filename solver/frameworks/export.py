@@ -1,0 +1,173 @@
+"""What every framework's export shares: the plan to export, the launch files, the differences.
+
+An export never claims more than its framework runs. Each framework module (``megatron``,
+``deepspeed``, ``torchtitan``, ``nemo``) first finds the configuration it can run exactly that is
+nearest to the plan (``exact_config``), naming every way it differs from the plan, and then
+writes its launch files for that configuration. ``Export.exact`` is True only when nothing
+differs; otherwise ``Export.parallel`` is the nearest exact configuration and
+``Export.differences`` says what changed and why.
+
+"Nearest" prefers changes that never need more memory per GPU than the plan (more
+recomputation, a uniform layer split over the same stages, sequence parallelism); where the
+framework leaves no such choice (a ZeRO stage it does not offer), the difference says that
+memory grows, and the caller may evaluate the nearest configuration again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from solver.spec.legality import stage_layer_counts
+from solver.spec.model import ModelSpec
+from solver.spec.parallel import ParallelConfig, micro_batch_count
+from solver.spec.training import Recompute, TrainingSpec
+
+
+class ExportFormat(str, Enum):
+    """The frameworks a plan can be exported to."""
+
+    MEGATRON = "megatron"  # Megatron-LM / Megatron-core: pretrain_gpt.py arguments
+    DEEPSPEED = "deepspeed"  # ds_config.json + Megatron-DeepSpeed launcher arguments
+    TORCHTITAN = "torchtitan"  # torchtitan job TOML (JobConfig)
+    NEMO = "nemo"  # NeMo Megatron GPT trainer/model YAML overrides
+
+
+class RecomputeForm(str, Enum):
+    """A plan's recomputation as a framework sees it (``recompute_form``)."""
+
+    NONE = "none"  # no layer recomputed
+    SELECTIVE = "selective"  # the attention core of every layer, nothing fully
+    FULL_ALL = "full_all"  # every layer of every chunk fully recomputed
+    FULL_PARTIAL = "full_partial"  # some layers of some chunks fully, the rest nothing
+    MIXED = "mixed"  # some layers fully, the rest selective
+
+
+@dataclass(frozen=True)
+class PlanToExport:
+    """One stored plan candidate with what its launch config needs: the model, the training
+    settings, the split and the node size (``gpus_per_node``: how many processes a launcher
+    starts on each node)."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    parallel: ParallelConfig
+    gpus_per_node: int
+
+    @property
+    def num_gpus(self) -> int:
+        return self.parallel.num_gpus
+
+    @property
+    def num_nodes(self) -> int:
+        return -(-self.num_gpus // self.gpus_per_node)
+
+    @property
+    def processes_per_node(self) -> int:
+        return min(self.gpus_per_node, self.num_gpus)
+
+    @property
+    def num_micro_batches(self) -> int:
+        """Micro-batches per step on each data-parallel rank (the gradient accumulation)."""
+        p = self.parallel
+        return micro_batch_count(self.training.global_batch_size, p.dp_size, p.micro_batch_size)
+
+    def chunk_layers(self, parallel: ParallelConfig | None = None) -> tuple[int, ...]:
+        """Transformer layers of each model chunk, pipeline order (the uniform split if none)."""
+        return stage_layer_counts(self.model, parallel or self.parallel)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One way the exported configuration differs from the plan: the plan's field, its value in
+    the plan and in the export (JSON-like text), and why."""
+
+    field: str
+    planned: str
+    exported: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class LaunchFile:
+    """A file of the launch config: its name, media type and text."""
+
+    name: str
+    media_type: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Export:
+    """A plan as one framework's launch config. ``parallel`` is what the files run: the plan's
+    own configuration when ``exact``, else the nearest configuration the framework runs
+    exactly (``training`` likewise: a precision it lacks changes there). ``notes`` are what the user still supplies (data, tokenizer, model code)."""
+
+    framework: ExportFormat
+    exact: bool
+    parallel: ParallelConfig
+    training: TrainingSpec
+    differences: tuple[Difference, ...]
+    files: tuple[LaunchFile, ...]
+    notes: tuple[str, ...]
+
+
+def full_recompute_counts(plan: PlanToExport, parallel: ParallelConfig | None = None) -> tuple[int, ...]:
+    """Fully recomputed layers of each chunk (pipeline order)."""
+    parallel = parallel or plan.parallel
+    layers = plan.chunk_layers(parallel)
+    if parallel.full_recompute_layers is not None:
+        return parallel.full_recompute_layers
+    if parallel.recompute is Recompute.FULL:
+        return layers
+    return tuple(0 for _ in layers)
+
+
+def recompute_form(plan: PlanToExport, parallel: ParallelConfig | None = None) -> RecomputeForm:
+    parallel = parallel or plan.parallel
+    counts, layers = full_recompute_counts(plan, parallel), plan.chunk_layers(parallel)
+    if counts == layers:
+        return RecomputeForm.FULL_ALL
+    selective = parallel.recompute is Recompute.SELECTIVE
+    if not any(counts):
+        return RecomputeForm.SELECTIVE if selective else RecomputeForm.NONE
+    return RecomputeForm.MIXED if selective else RecomputeForm.FULL_PARTIAL
+
+
+def block_recompute_layers(layers: tuple[int, ...], counts: tuple[int, ...]) -> int | None:
+    """The one number N with which "recompute the first N layers of every chunk" gives exactly
+    ``counts`` (chunk i recomputes min(N, layers[i])), or None when no single N does."""
+    n = max(counts)
+    return n if all(min(n, size) == k for size, k in zip(layers, counts)) else None
+
+
+def all_full(parallel: ParallelConfig) -> ParallelConfig:
+    """``parallel`` with every layer fully recomputed: never more activation memory."""
+    return replace(parallel, recompute=Recompute.FULL, full_recompute_layers=None)
+
+
+def resplit(parallel: ParallelConfig, form: RecomputeForm, stage_layers: tuple[int, ...] | None, virtual_stages: int) -> ParallelConfig:
+    """``parallel`` with another layer split. Its per-chunk recompute counts belonged to the old
+    split: no recomputation and selective stay, any full recomputation becomes every layer
+    (never more activation memory)."""
+    base = {RecomputeForm.NONE: Recompute.NONE, RecomputeForm.SELECTIVE: Recompute.SELECTIVE}.get(form, Recompute.FULL)
+    return replace(parallel, recompute=base, full_recompute_layers=None, stage_layers=stage_layers, virtual_stages=virtual_stages)
+
+
+def listed(values: tuple[int, ...] | None) -> str:
+    return "null" if values is None else "[" + ", ".join(str(v) for v in values) + "]"
+
+
+def differs(field: str, planned: object, exported: object, reason: str) -> Difference:
+    """A Difference with both values written as JSON-like text."""
+    return Difference(field, _text(planned), _text(exported), reason)
+
+
+def _text(value: object) -> str:
+    if isinstance(value, tuple) or value is None:
+        return listed(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Enum):
+        return str(value.value)
+    return str(value)

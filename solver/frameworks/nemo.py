@@ -1,0 +1,179 @@
+"""NeMo (Megatron GPT, ``megatron_gpt_config.yaml``): what it can run, and a plan as trainer/model
+YAML overrides.
+
+NeMo trains through megatron-core: it takes Megatron's rules (ZeRO-1 at most, through its
+distributed Adam) and its recomputation (``activations_checkpoint_granularity``, ``_method``
+and ``_num_layers`` become megatron-core's recompute settings), and passes any ``model`` key
+that names a megatron-core ``TransformerConfig`` field straight to it. So a split with a
+different first and/or last stage and even stages between is written as
+``num_layers_in_first_pipeline_stage`` / ``num_layers_in_last_pipeline_stage``; other uneven
+splits, and uneven interleaved chunks, are not exact here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from solver.frameworks.export import (
+    Difference,
+    Export,
+    ExportFormat,
+    LaunchFile,
+    PlanToExport,
+    differs,
+    recompute_form,
+    resplit,
+)
+from solver.frameworks.megatron import exact_recompute, recompute_settings
+from solver.frameworks.megatron import violations as megatron_violations
+from solver.spec.legality import uniform_partition
+from solver.spec.model import MlpActivation, PositionEmbedding
+from solver.spec.parallel import ParallelConfig
+from solver.spec.rules import Violation
+from solver.spec.training import Precision, ZeroStage
+
+YamlValue = int | str | bool | None
+
+
+def violations(parallel: ParallelConfig) -> list[Violation]:
+    return megatron_violations(parallel)
+
+
+def first_last_split(layers: tuple[int, ...]) -> tuple[int | None, int | None] | None:
+    """(first, last) stage sizes that megatron-core's uneven split gives exactly ``layers`` with
+    (None: that end is even with the middle), or None when no such pair does."""
+    pp = len(layers)
+    if pp < 2 or len(set(layers)) == 1:
+        return (None, None)
+    middle = layers[1:-1]
+    if middle and len(set(middle)) > 1:
+        return None
+    even = middle[0] if middle else None
+    first = None if layers[0] == even else layers[0]
+    last = None if layers[-1] == even else layers[-1]
+    return first, last
+
+
+def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, tuple[Difference, ...]]:
+    """The configuration nearest to the plan that NeMo runs exactly, and what differs."""
+    parallel = plan.parallel
+    out: list[Difference] = []
+    if parallel.zero_stage > ZeroStage.OS:
+        out.append(differs(
+            "parallel.zero_stage", int(parallel.zero_stage), 1,
+            "NeMo's distributed Adam shards optimizer states only (ZeRO-1); gradients and"
+            " parameters stay replicated, so each GPU needs more memory than planned",
+        ))
+        parallel = replace(parallel, zero_stage=ZeroStage.OS)
+    layers = plan.chunk_layers(parallel)
+    expressible = first_last_split(layers) is not None and (parallel.virtual_stages == 1 or len(set(layers)) == 1)
+    if parallel.pp_size > 1 and not expressible:
+        n, chunks = plan.model.num_layers, parallel.num_chunks
+        if n % chunks == 0:
+            split = tuple(n // chunks for _ in range(chunks))
+        else:  # even stages, the remainder on the last (interleaving always divides evenly)
+            even = n // chunks
+            split = (*(even for _ in range(chunks - 1)), n - even * (chunks - 1))
+        out.append(differs(
+            "parallel.stage_layers", layers, split,
+            "NeMo splits layers evenly, or with a different first and/or last stage"
+            " (num_layers_in_first/last_pipeline_stage); stages may need more memory than planned",
+        ))
+        stage_layers = None if split == uniform_partition(n, chunks) else split
+        parallel = resplit(parallel, recompute_form(plan, parallel), stage_layers, parallel.virtual_stages)
+    parallel, recompute = exact_recompute(plan, parallel)
+    return parallel, (*out, *recompute)
+
+
+def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[str, YamlValue]]:
+    """``trainer`` and ``model`` overrides of NeMo's Megatron GPT config for an exact
+    configuration."""
+    model, training = plan.model, plan.training
+    precision = "16" if training.precision is Precision.FP16 else "bf16"
+    trainer: dict[str, YamlValue] = {"devices": plan.processes_per_node, "num_nodes": plan.num_nodes, "precision": precision}
+    out: dict[str, YamlValue] = {
+        "micro_batch_size": parallel.micro_batch_size,
+        "global_batch_size": training.global_batch_size,
+        "tensor_model_parallel_size": parallel.tp_size,
+        "pipeline_model_parallel_size": parallel.pp_size,
+        "virtual_pipeline_model_parallel_size": parallel.virtual_stages if parallel.virtual_stages > 1 else None,
+        "sequence_parallel": parallel.sequence_parallel and parallel.tp_size > 1,
+        "encoder_seq_length": training.seq_length,
+        "max_position_embeddings": max(model.seq_length, training.seq_length),
+        "num_layers": model.num_layers,
+        "hidden_size": model.hidden_size,
+        "ffn_hidden_size": model.ffn_hidden_size,
+        "num_attention_heads": model.num_attention_heads,
+        "num_query_groups": model.num_kv_heads if model.num_kv_heads < model.num_attention_heads else None,
+        "position_embedding_type": "rope" if model.position_embedding is PositionEmbedding.NONE else "learned_absolute",
+        "share_embeddings_and_output_weights": model.tied_embeddings,
+    }
+    split = first_last_split(plan.chunk_layers(parallel)) if parallel.pp_size > 1 else None
+    if split is not None:
+        first, last = split
+        if first is not None:
+            out["num_layers_in_first_pipeline_stage"] = first
+        if last is not None:
+            out["num_layers_in_last_pipeline_stage"] = last
+    if model.mlp_activation is MlpActivation.SWIGLU:
+        out.update({"activation": "fast-swiglu", "normalization": "rmsnorm", "bias": False})
+    granularity, method, num_layers = recompute_settings(plan, parallel)
+    out.update({
+        "activations_checkpoint_granularity": granularity,
+        "activations_checkpoint_method": method,
+        "activations_checkpoint_num_layers": num_layers,
+    })
+    if training.precision is Precision.FP8:
+        out.update({"transformer_engine": True, "fp8": True, "fp8_hybrid": True})
+    out.update({
+        "use_flash_attention": training.flash_attention,
+        "bias_activation_fusion": training.fused_kernels,
+        "bias_dropout_add_fusion": training.fused_kernels,
+        "masked_softmax_fusion": training.fused_kernels,
+    })
+    return {"trainer": trainer, "model": out}
+
+
+def optimizer_overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, YamlValue]:
+    """``model.optim``: distributed Adam for ZeRO-1 (with its overlap settings), fused Adam else."""
+    if parallel.zero_stage == ZeroStage.OS:
+        overlap = plan.training.overlap_grad_reduce
+        return {"name": "distributed_fused_adam", "overlap_grad_sync": overlap, "overlap_param_sync": overlap}
+    return {"name": "fused_adam"}
+
+
+def render_yaml(sections: dict[str, dict[str, YamlValue]], optim: dict[str, YamlValue], header: list[str]) -> str:
+    lines = [f"# {line}" for line in header]
+    for name, values in sections.items():
+        lines.append(f"{name}:")
+        lines += [f"  {key}: {_yaml(value)}" for key, value in values.items()]
+        if name == "model":
+            lines.append("  optim:")
+            lines += [f"    {key}: {_yaml(value)}" for key, value in optim.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _yaml(value: YamlValue) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return f"'{value}'" if value.isdigit() else value
+
+
+def export(plan: PlanToExport) -> Export:
+    parallel, differences = exact_config(plan)
+    header = [
+        f"NeMo Megatron GPT overrides for {plan.model.name} on {plan.num_gpus} GPUs:"
+        f" dp {parallel.dp_size} x tp {parallel.tp_size} x pp {parallel.pp_size}.",
+        "exact: the plan as planned." if not differences else "NOT exact: the nearest configuration NeMo runs; see the differences.",
+        "Merge over megatron_gpt_config.yaml (e.g. --config-name with this file as an override, or key=value on the command line).",
+    ]
+    text = render_yaml(overrides(plan, parallel), optimizer_overrides(plan, parallel), header)
+    notes = (f"set model.tokenizer and model.data (vocabulary of {plan.model.vocab_size} tokens)",)
+    return Export(
+        ExportFormat.NEMO, not differences, parallel, plan.training, differences,
+        (LaunchFile("nemo_overrides.yaml", "application/yaml", text),), notes,
+    )

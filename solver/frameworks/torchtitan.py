@@ -1,0 +1,175 @@
+"""torchtitan: what it can run, and a plan as its job TOML (``JobConfig``, torchtitan 0.2).
+
+Data parallelism is FSDP2 (``data_parallel_shard_degree``): parameters resharded after
+forward is ZeRO-3 (``fsdp_reshard_after_forward = "always"``), kept until backward is ZeRO-2
+(``"never"``); there is no optimizer-state-only sharding (ZeRO-1), and plain replication (DDP,
+``data_parallel_replicate_degree`` alone) only without tensor or pipeline parallelism. Its
+tensor parallelism always shards the norms' activations over the sequence (sequence
+parallelism). Pipelines take any layer split (``module_fqns_per_model_part``: the modules of
+each model chunk, pipeline order) and interleave with ``Interleaved1F1B``. Activation
+checkpointing is one mode for the whole model: none, full (every layer), or selective, whose
+per-operator policy saves matrix-multiply outputs and recomputes the rest, which is not the
+attention-core recomputation planned as "selective".
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from solver.frameworks.export import (
+    Difference,
+    Export,
+    ExportFormat,
+    LaunchFile,
+    PlanToExport,
+    RecomputeForm,
+    all_full,
+    differs,
+    full_recompute_counts,
+    recompute_form,
+)
+from solver.spec.model import MlpActivation
+from solver.spec.parallel import ParallelConfig
+from solver.spec.rules import Rule, Violation
+from solver.spec.training import Precision, TrainingSpec, ZeroStage
+
+TomlValue = int | str | bool | list[str] | list[list[str]]
+
+
+def violations(parallel: ParallelConfig) -> list[Violation]:
+    if parallel.zero_stage == ZeroStage.OS:
+        return [Violation(Rule.FRAMEWORK_ZERO, "torchtitan shards with FSDP2 (ZeRO-2 or ZeRO-3); zero_stage 1 is not available")]
+    return []
+
+
+def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, TrainingSpec, tuple[Difference, ...]]:
+    """The configuration nearest to the plan that torchtitan runs exactly, and what differs."""
+    parallel, training = plan.parallel, plan.training
+    out: list[Difference] = []
+    replicated_only = parallel.tp_size == 1 and parallel.pp_size == 1
+    if parallel.zero_stage == ZeroStage.OS or (parallel.zero_stage == ZeroStage.NONE and not replicated_only and parallel.dp_size > 1):
+        why = (
+            "torchtitan has no optimizer-state-only sharding"
+            if parallel.zero_stage == ZeroStage.OS
+            else "torchtitan replicates (DDP) only without tensor or pipeline parallelism"
+        )
+        out.append(differs(
+            "parallel.zero_stage", int(parallel.zero_stage), 2,
+            f"{why}; FSDP2 keeping parameters gathered from forward to backward (ZeRO-2) needs no more memory",
+        ))
+        parallel = replace(parallel, zero_stage=ZeroStage.OS_G)
+    if parallel.tp_size > 1 and not parallel.sequence_parallel:
+        out.append(differs(
+            "parallel.sequence_parallel", False, True,
+            "torchtitan's tensor parallelism always shards the norms' activations over the sequence;"
+            " it needs no more memory",
+        ))
+        parallel = replace(parallel, sequence_parallel=True)
+    form = recompute_form(plan, parallel)
+    if form in (RecomputeForm.SELECTIVE, RecomputeForm.FULL_PARTIAL, RecomputeForm.MIXED):
+        counts = full_recompute_counts(plan, parallel)
+        planned = "selective" if form is RecomputeForm.SELECTIVE else f"{parallel.recompute.value}, full in {list(counts)} layers per chunk"
+        out.append(differs(
+            "parallel.recompute", planned, "full in every layer",
+            "torchtitan checkpoints activations in one mode for the whole model (none, full, or a"
+            " per-operator selective policy unlike attention-core recomputation); every layer fully"
+            " needs no more memory, and more time",
+        ))
+        parallel = all_full(parallel)
+    if training.precision is Precision.FP16:
+        out.append(differs(
+            "training.precision", "fp16", "bf16", "torchtitan's mixed precision runs parameters in bfloat16 or float32 only",
+        ))
+        training = replace(training, precision=Precision.BF16)
+    return parallel, training, tuple(out)
+
+
+def model_parts(plan: PlanToExport, parallel: ParallelConfig) -> list[list[str]]:
+    """The modules of each model chunk, pipeline order, as torchtitan's Llama models name them."""
+    parts: list[list[str]] = []
+    first = 0
+    for size in plan.chunk_layers(parallel):
+        parts.append([f"layers.{i}" for i in range(first, first + size)])
+        first += size
+    parts[0].insert(0, "tok_embeddings")
+    parts[-1] += ["norm", "output"]
+    return parts
+
+
+def job_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSpec) -> dict[str, dict[str, TomlValue]]:
+    """The job TOML's sections for an exact configuration."""
+    pp, dp = parallel.pp_size, parallel.dp_size
+    sharded = parallel.zero_stage >= ZeroStage.OS_G
+    llama_style = plan.model.mlp_activation is MlpActivation.SWIGLU
+    model: dict[str, TomlValue] = {"name": "llama3" if llama_style else "custom", "flavor": plan.model.name}
+    if training.precision is Precision.FP8:
+        model["converters"] = ["quantize.linear.float8"]
+    job: dict[str, dict[str, TomlValue]] = {
+        "job": {"description": f"{plan.model.name} on {plan.num_gpus} GPUs (Partitura plan)"},
+        "model": model,
+        "training": {
+            "seq_len": training.seq_length,
+            "global_batch_size": training.global_batch_size,
+            # Without a pipeline a local batch is one micro-batch and the rest is gradient
+            # accumulation; with one, the local batch is split into pipeline micro-batches.
+            "local_batch_size": parallel.micro_batch_size if pp == 1 else training.global_batch_size // dp,
+            "mixed_precision_param": "bfloat16",
+        },
+        "parallelism": {
+            "data_parallel_replicate_degree": 1 if sharded else dp,
+            "data_parallel_shard_degree": dp if sharded else 1,
+            "fsdp_reshard_after_forward": "always" if parallel.zero_stage == ZeroStage.OS_G_P else "never",
+            "tensor_parallel_degree": parallel.tp_size,
+            "pipeline_parallel_degree": pp,
+            "context_parallel_degree": 1,
+        },
+        "activation_checkpoint": {"mode": "full" if recompute_form(plan, parallel) is RecomputeForm.FULL_ALL else "none"},
+        # torch.compile fuses the element-wise work around the GEMMs (the plan's fused kernels).
+        "compile": {"enable": training.fused_kernels, "components": ["model", "loss"]},
+    }
+    if pp > 1:
+        job["parallelism"].update({
+            "pipeline_parallel_schedule": "Interleaved1F1B" if parallel.virtual_stages > 1 else "1F1B",
+            "pipeline_parallel_microbatch_size": parallel.micro_batch_size,
+            "module_fqns_per_model_part": model_parts(plan, parallel),
+        })
+    if training.precision is Precision.FP8:
+        # FP8 GEMMs; weights are gathered in 16 bit, as the cost model counts them.
+        job["quantize.linear.float8"] = {"recipe_name": "tensorwise"}
+    return job
+
+
+def render_toml(sections: dict[str, dict[str, TomlValue]], header: list[str]) -> str:
+    lines = [f"# {line}" for line in header]
+    for name, values in sections.items():
+        lines += ["", f"[{name}]"]
+        lines += [f"{key} = {_toml(value)}" for key, value in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _toml(value: TomlValue) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return "[" + ", ".join(_toml(item) for item in value) + "]"
+
+
+def export(plan: PlanToExport) -> Export:
+    parallel, training, differences = exact_config(plan)
+    header = [
+        f"torchtitan job for {plan.model.name} on {plan.num_gpus} GPUs: dp {parallel.dp_size} x tp {parallel.tp_size} x pp {parallel.pp_size}.",
+        "exact: the plan as planned." if not differences else "NOT exact: the nearest configuration torchtitan runs; see the differences.",
+        f"Run: NGPU={plan.processes_per_node} CONFIG_FILE=job.toml ./run_train.sh on each of {plan.num_nodes} node(s).",
+    ]
+    text = render_toml(job_config(plan, parallel, training), header)
+    notes = [f"set [training] dataset and [model] hf_assets_path (tokenizer of {plan.model.vocab_size} tokens)"]
+    if plan.model.mlp_activation is not MlpActivation.SWIGLU:
+        notes.append("torchtitan ships Llama-style (SwiGLU) models; register this model's architecture as a custom model")
+    notes.append(f"register a flavor named {plan.model.name!r} with the model's shape, or rename [model] flavor")
+    return Export(
+        ExportFormat.TORCHTITAN, not differences, parallel, training, differences,
+        (LaunchFile("job.toml", "application/toml", text),), tuple(notes),
+    )
