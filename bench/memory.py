@@ -1,0 +1,236 @@
+"""Peak memory of the cost model against published, measured peak GPU memory (issue 13, mechanism 5).
+
+Run: ``.venv/bin/python bench/memory.py`` (or ``make bench``). For every record of
+bench/data/published_memory.json it builds the solver inputs from the record's ``run`` (catalog
+model, node and GPU, the published split), evaluates them through the public solver API and
+prints the predicted peak of the GPU the figure is about (the largest stage's peak: every source
+here reports its largest GPU) against the measured figure, with the signed error
+(predicted / measured - 1: positive = the model predicts more memory than was measured), the
+memory verdict on the capacity of the GPU that ran it (every run here did run, so "NO" is a false
+out-of-memory) and the predicted breakdown; rules other than memory that the planner says the
+published split breaks are listed under the table. Then a summary: n, how many are within the 10% target, MAPE, signed mean and worst,
+and the records the planner cannot express, each with its reason. It is a report: it exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import catalog  # noqa: E402
+from solver.cost.evaluate import evaluate
+from solver.cost.result import GIB_BYTES, MEMORY_KEYS
+from solver.spec.errors import SpecError
+from solver.spec.hardware import ClusterSpec
+from solver.spec.model import ModelSpec
+from solver.spec.parallel import ParallelConfig
+from solver.spec.rules import Rule
+from solver.spec.training import Precision, Recompute, TrainingSpec, ZeroStage
+
+DATA = Path(__file__).parent / "data" / "published_memory.json"
+WITHIN_TARGET = 0.10  # issue 13: within 10% on every published memory figure
+
+
+@dataclass(frozen=True)
+class MemoryResult:
+    """One record: the measured figure and, where the planner can express the run, its prediction."""
+
+    record_id: str
+    family: str
+    measures: str  # what the figure counts (published_memory.json "measures")
+    measured_gib: float
+    predicted_gib: float | None = None
+    fits: bool | None = None  # no memory violation on the capacity of the GPU that ran it
+    other_violations: tuple[str, ...] = ()  # rules other than memory the planner says it breaks
+    peak_stage: int = 0
+    breakdown_gib: dict[str, float] = field(default_factory=dict)  # the peak stage, by MEMORY_KEYS
+    skipped: str = ""  # why the record cannot be expressed
+
+    @property
+    def error(self) -> float | None:
+        """Signed error, predicted / measured - 1 (positive: the model predicts more memory)."""
+        if self.predicted_gib is None:
+            return None
+        return self.predicted_gib / self.measured_gib - 1
+
+
+@dataclass(frozen=True)
+class Summary:
+    evaluated: int
+    within_target: int
+    mape: float
+    signed_mean: float
+    worst_id: str
+    worst_error: float
+    false_out_of_memory: int  # runs that ran but the planner says do not fit in memory
+    other_infeasible: int  # runs that ran but the planner rejects for a rule other than memory
+
+
+def load_document() -> dict:
+    return json.loads(DATA.read_text())
+
+
+def load_records() -> list[dict]:
+    return load_document()["records"]
+
+
+def not_expressible(record: dict) -> str:
+    """Why the planner cannot express the record's run, or "" when it can."""
+    run = record["run"]
+    if record.get("not_expressible"):
+        return record["not_expressible"]
+    if run.get("precision") not in {p.value for p in Precision}:
+        return f"precision {run.get('precision')!r} is not a planner precision"
+    if (run.get("cp_size") or 1) > 1:
+        return f"context parallelism (cp {run['cp_size']}) is not a planner dimension"
+    return ""
+
+
+def model_for(run: dict) -> ModelSpec:
+    """The catalog model at the run's sequence length."""
+    return catalog.model_spec_from_dict({**catalog.get_entry("models", run["model"]), "seq_length": run["seq_length"]})
+
+
+def cluster_for(run: dict) -> ClusterSpec:
+    """The run's catalog node, enough of them for its GPUs, with the GPU's capacity replaced by the
+    one the source states (``gpu_memory_gib``) where the catalog's part differs."""
+    node = catalog.get_entry("nodes", run["node"])
+    gpu_entry = catalog.get_entry("gpus", node["gpu"])
+    if run.get("gpu_memory_gib"):
+        gpu_entry = {**gpu_entry, "memory_gib": run["gpu_memory_gib"]}
+    spec = {**node, "num_nodes": max(1, math.ceil(run["num_gpus"] / node["gpus_per_node"]))}
+    return catalog.cluster_spec_from_dict(spec, gpu=catalog.gpu_spec_from_dict(gpu_entry))
+
+
+def training_for(run: dict) -> TrainingSpec:
+    return TrainingSpec(
+        global_batch_size=run["global_batch_size"],
+        seq_length=run["seq_length"],
+        precision=run["precision"],
+        optimizer=run.get("optimizer", "adam"),
+        flash_attention=run.get("flash_attention", True),
+        fused_kernels=run.get("fused_kernels", True),
+    )
+
+
+def parallel_for(run: dict) -> ParallelConfig:
+    stage_layers = run.get("stage_layers")
+    return ParallelConfig(
+        dp_size=run["dp_size"],
+        tp_size=run["tp_size"],
+        pp_size=run["pp_size"],
+        zero_stage=ZeroStage(run["zero_stage"]),
+        micro_batch_size=run["micro_batch_size"],
+        recompute=Recompute(run["recompute"]),
+        virtual_stages=run.get("virtual_stages", 1),
+        sequence_parallel=run.get("sequence_parallel", False),
+        stage_layers=tuple(stage_layers) if stage_layers else None,
+    )
+
+
+def evaluate_record(record: dict) -> MemoryResult:
+    base = MemoryResult(record["id"], record.get("family", ""), record["measures"], float(record["measured_gib"]))
+    why = not_expressible(record)
+    if why:
+        return MemoryResult(**{**base.__dict__, "skipped": why})
+    run = record["run"]
+    try:
+        evaluation = evaluate(
+            model_for(run), cluster_for(run), training_for(run), parallel_for(run), num_gpus=run["num_gpus"]
+        )
+    except SpecError as err:
+        return MemoryResult(**{**base.__dict__, "skipped": f"the planner rejects the published split: {err}"})
+    peak = evaluation.stages[evaluation.peak_stage]
+    return MemoryResult(
+        **{
+            **base.__dict__,
+            "predicted_gib": evaluation.peak_bytes / GIB_BYTES,
+            "fits": not any(v.rule is Rule.MEMORY for v in evaluation.violations),
+            "other_violations": tuple(str(v) for v in evaluation.violations if v.rule is not Rule.MEMORY),
+            "peak_stage": evaluation.peak_stage,
+            "breakdown_gib": {key: peak.memory_bytes[key] / GIB_BYTES for key in MEMORY_KEYS},
+        }
+    )
+
+
+def evaluate_all(records: list[dict] | None = None) -> list[MemoryResult]:
+    return [evaluate_record(record) for record in (load_records() if records is None else records)]
+
+
+def summarize(results: list[MemoryResult]) -> Summary:
+    scored = [r for r in results if r.error is not None]
+    errors = [r.error for r in scored if r.error is not None]
+    worst = max(scored, key=lambda r: abs(r.error or 0.0))
+    return Summary(
+        evaluated=len(scored),
+        within_target=sum(abs(e) <= WITHIN_TARGET for e in errors),
+        mape=sum(abs(e) for e in errors) / len(errors),
+        signed_mean=sum(errors) / len(errors),
+        worst_id=worst.record_id,
+        worst_error=worst.error or 0.0,
+        false_out_of_memory=sum(r.fits is False for r in scored),
+        other_infeasible=sum(bool(r.other_violations) for r in scored),
+    )
+
+
+# Short column names for the predicted breakdown (StageMemory's fields, in order).
+BREAKDOWN_COLUMNS = {
+    "weights": "wts",
+    "gradients": "grads",
+    "optimizer_states": "optim",
+    "activations": "act",
+    "embedding_and_logits": "emb+log",
+    "zero3_gather_buffers": "z3buf",
+    "reserve": "rsrv",
+}
+
+
+def report_lines(results: list[MemoryResult]) -> list[str]:
+    lines = [
+        "Peak memory per GPU: predicted vs published measurement (GiB; error = predicted / measured - 1)",
+        "",
+        f"{'record':44s} {'measures':15s} {'measured':>8s} {'predicted':>9s} {'error':>7s} {'fits':>4s}  "
+        + " ".join(f"{name:>6s}" for name in BREAKDOWN_COLUMNS.values()),
+    ]
+    for r in results:
+        if r.error is None:
+            continue
+        parts = " ".join(f"{r.breakdown_gib.get(key, 0.0):6.1f}" for key in BREAKDOWN_COLUMNS)
+        lines.append(
+            f"{r.record_id:44s} {r.measures:15s} {r.measured_gib:8.2f} {r.predicted_gib:9.2f} {r.error:+7.1%} "
+            f"{'yes' if r.fits else 'NO':>4s}  {parts}"
+        )
+    summary = summarize(results)
+    lines += [
+        "",
+        f"within {WITHIN_TARGET:.0%}: {summary.within_target} of {summary.evaluated} (target: all); "
+        f"MAPE {summary.mape:.1%}; signed mean {summary.signed_mean:+.1%}; "
+        f"worst {summary.worst_id} ({summary.worst_error:+.1%}); "
+        f"said not to fit although they ran: {summary.false_out_of_memory}; "
+        f"rejected by another rule although they ran: {summary.other_infeasible}",
+    ]
+    rejected = [r for r in results if r.other_violations]
+    if rejected:
+        lines += ["", "rules other than memory the planner says a published run breaks:"]
+        lines += [f"  {r.record_id}: {'; '.join(r.other_violations)}" for r in rejected]
+    skipped = [r for r in results if r.skipped]
+    if skipped:
+        lines += ["", f"not expressible ({len(skipped)}):"]
+        lines += [f"  {r.record_id}: {r.skipped}" for r in skipped]
+    return lines
+
+
+def main() -> int:
+    print("\n".join(report_lines(evaluate_all())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

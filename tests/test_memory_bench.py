@@ -1,0 +1,90 @@
+"""The published peak-memory bench (bench/memory.py, issue 13 mechanism 5), deterministically.
+
+The issue's target, every figure within 10%, is not met yet (the bench prints how far off each
+one is); these tests keep the data file honest and the result from degrading: a floor on the
+figures within 10% and a ceiling on the MAPE, each at today's value.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.memory import (
+    WITHIN_TARGET,
+    evaluate_all,
+    load_document,
+    load_records,
+    not_expressible,
+    report_lines,
+    summarize,
+)
+
+# Today's result (bench/memory.py): 0 of 20 within 10%, MAPE 44.2%. Raise the floor and lower
+# the ceiling as the memory model improves; never the other way.
+WITHIN_TARGET_FLOOR = 0
+MAPE_CEILING = 0.45
+
+RECORD_FIELDS = ("id", "source", "where_in_source", "quoted", "measured_gib", "measures", "run")
+RUN_FIELDS = (
+    "model", "seq_length", "node", "num_gpus", "precision", "optimizer", "dp_size", "tp_size", "pp_size",
+    "zero_stage", "micro_batch_size", "global_batch_size", "recompute", "sequence_parallel", "flash_attention",
+)
+
+
+@pytest.fixture(scope="module")
+def results():
+    return evaluate_all()
+
+
+def test_every_record_is_sourced_and_quoted():
+    document = load_document()
+    records = load_records()
+    assert len(records) >= 10
+    ids = [record["id"] for record in records]
+    assert len(ids) == len(set(ids))
+    for record in records:
+        missing = [name for name in RECORD_FIELDS if record.get(name) in (None, "")]
+        assert not missing, (record.get("id"), missing)
+        assert record["measures"] in document["measures"], record["id"]
+        assert record["source"].strip() and record["where_in_source"].strip() and record["quoted"].strip()
+        assert math.isfinite(record["measured_gib"]) and record["measured_gib"] > 0, record["id"]
+        missing_run = [name for name in RUN_FIELDS if name not in record["run"]]
+        assert not missing_run, (record["id"], missing_run)
+
+
+def test_quoted_figure_is_the_measured_one():
+    """The figure in GiB is the quoted one (a GiB figure as printed, or MiB / 1024)."""
+    for record in load_records():
+        quoted, gib = record["quoted"], record["measured_gib"]
+        as_printed = f"{gib:.2f}".rstrip("0").rstrip(".")
+        as_mib = f"{round(gib * 1024)}"
+        assert as_printed in quoted or as_mib in quoted, (record["id"], quoted, gib)
+
+
+def test_every_expressible_record_has_a_finite_prediction(results):
+    records = {record["id"]: record for record in load_records()}
+    for result in results:
+        if not_expressible(records[result.record_id]):
+            assert result.predicted_gib is None and result.skipped, result.record_id
+        else:
+            assert not result.skipped, (result.record_id, result.skipped)
+            assert result.predicted_gib is not None and math.isfinite(result.predicted_gib), result.record_id
+            assert result.predicted_gib > 0, result.record_id
+            assert math.isclose(sum(result.breakdown_gib.values()), result.predicted_gib, rel_tol=1e-9)
+    assert sum(result.predicted_gib is not None for result in results) >= 10
+
+
+def test_result_does_not_degrade(results):
+    summary = summarize(results)
+    assert summary.within_target >= WITHIN_TARGET_FLOOR, summary
+    assert summary.mape <= MAPE_CEILING, summary
+    assert WITHIN_TARGET == 0.10
+
+
+def test_report_lists_every_record(results):
+    text = "\n".join(report_lines(results))
+    for result in results:
+        assert result.record_id in text
+    assert "not expressible" in text
