@@ -1,5 +1,6 @@
 """The ``partitura`` command: serve the API, migrate the database, and answer plan, evaluation
-and catalog questions without a server (the same JSON in and out as the API).
+and catalog questions without a server (the same JSON in and out as the API), and export a
+stored plan as a framework's launch config.
 
 The profiler's commands (``profile``, ``compare-profile``, ``calibrate``, ``import-pipedream``)
 are added by ``profiler.cli.register``; their parsers set ``handler=callable(args) -> exit code``
@@ -169,6 +170,27 @@ def _command_sweep(args: argparse.Namespace, settings: Settings, out: IO[str], s
     return 0
 
 
+def _command_export(args: argparse.Namespace, settings: Settings, out: IO[str]) -> int:
+    """A stored plan's candidate as a framework's launch config: the JSON the API answers, one
+    file of it (``--file``), or every file written into a directory (``--write``)."""
+    from app.plans import service
+
+    with _database(settings, use_configured=True) as (_settings, session):
+        document = service.export_candidate(session, args.plan_id, args.format, args.candidate)
+    if args.file is not None:
+        out.write(service.export_file(document, args.file).content)
+    elif args.write is not None:
+        directory = Path(args.write)
+        directory.mkdir(parents=True, exist_ok=True)
+        for file in document.files:
+            (directory / file.name).write_text(file.content)
+        _write_json(out, {"exact": document.exact, "files": [str(directory / f.name) for f in document.files],
+                          "differences": [d.model_dump() for d in document.differences]})
+    else:
+        _write_json(out, document.model_dump(mode="json"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="partitura", description="Plan hybrid-parallel transformer training.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -211,6 +233,17 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--json", action="store_true", help="print the sweep document instead of the table")
     sweep.add_argument("--charts", type=Path, metavar="DIR", help="also write scaling.svg and pareto.svg into DIR")
     sweep.set_defaults(action_with_input=_command_sweep)
+
+    export = commands.add_parser(
+        "export", help="a stored plan (DATABASE_URL) as a framework's launch config; exact=false names what differs",
+    )
+    export.add_argument("plan_id", metavar="PLAN_ID")
+    export.add_argument("--format", required=True, choices=["megatron", "deepspeed", "torchtitan", "nemo"])
+    export.add_argument("--candidate", type=int, default=0, help="index into the plan's candidates (default 0, the best)")
+    output = export.add_mutually_exclusive_group()
+    output.add_argument("--file", metavar="NAME", help="print only this file of the export (e.g. ds_config.json)")
+    output.add_argument("--write", metavar="DIR", help="write every file of the export into DIR")
+    export.set_defaults(action=_command_export)
 
     register_profiler_commands(commands)
     return parser

@@ -1,4 +1,5 @@
-"""/v1/plans: search for plans, read, list and delete them."""
+"""/v1/plans: search for plans, read, list and delete them, and export a candidate as a
+framework's launch config."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from fastapi import APIRouter, Query, Request, Response, status
 from app.core.deps import MetricsDep, SessionDep, SettingsDep, SolverPoolDep
 from app.core.openapi import PROBLEM_RESPONSES, SOLVER_RESPONSES
 from app.plans import service
-from app.plans.schemas import Plan, PlanList, PlanRequest
+from app.plans.schemas import ExportFormatName, Plan, PlanExport, PlanList, PlanRequest
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"], responses=PROBLEM_RESPONSES)
 
@@ -73,3 +74,41 @@ def delete_plan(plan_id: str, session: SessionDep) -> Response:
     service.delete_plan(session, plan_id)
     session.commit()
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+# The media types of the export's files, each served alone with ?file=NAME.
+EXPORT_FILE_TYPES = ("text/x-shellscript", "application/toml", "application/yaml")
+
+
+@router.get(
+    "/{plan_id}/export",
+    operation_id="export_plan",
+    response_model=PlanExport,
+    responses={
+        200: {
+            "description": "The launch config as JSON (every file, the differences from the plan and the"
+            " exported configuration's prediction); with ?file=NAME, that file alone as its own media type"
+            " (ds_config.json as application/json)",
+            "content": {media: {"schema": {"type": "string"}} for media in EXPORT_FILE_TYPES},
+        },
+    },
+)
+def export_plan(
+    plan_id: str,
+    session: SessionDep,
+    export_format: Annotated[ExportFormatName, Query(alias="format", description="the framework")],
+    candidate: Annotated[int, Query(ge=0, le=49, description="index into the plan's candidates; 0 is the best")] = 0,
+    file: Annotated[
+        str | None, Query(max_length=100, description="answer with this file of the export alone (e.g. ds_config.json)")
+    ] = None,
+) -> Response | PlanExport:
+    """A plan candidate as a framework's launch config: Megatron-LM (``pretrain_gpt.py``
+    arguments), DeepSpeed (``ds_config.json`` and a Megatron-DeepSpeed launch), torchtitan (job
+    TOML) or NeMo (trainer/model overrides). ``exact`` is false when the framework cannot run the
+    candidate as planned: the files then run the nearest configuration it can, and
+    ``differences`` names every change."""
+    document = service.export_candidate(session, plan_id, export_format, candidate)
+    if file is None:
+        return document
+    chosen = service.export_file(document, file)
+    return Response(content=chosen.content, media_type=chosen.media_type)

@@ -313,3 +313,60 @@ class PlanList(BaseModel):
 
     items: list[PlanSummary]
     next_cursor: str | None
+
+
+# --------------------------------------------------------------------------- launch-config export
+
+ExportFormatName = Literal["megatron", "deepspeed", "torchtitan", "nemo"]
+
+
+class ExportDifference(BaseModel):
+    """One way the exported configuration differs from the plan, and why."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    field: str = Field(description="the plan's field, e.g. parallel.full_recompute_layers or training.precision")
+    planned: str = Field(description="its value in the plan (JSON-like text)")
+    exported: str = Field(description="its value in the export")
+    reason: str
+
+
+class ExportFile(BaseModel):
+    """One file of the launch config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="e.g. pretrain_gpt.sh, ds_config.json, job.toml, nemo_overrides.yaml")
+    media_type: str
+    content: str
+
+
+class ExportPrediction(BaseModel):
+    """The exported configuration as the cost model predicts it: the plan's own prediction
+    when the export is exact, else the nearest configuration evaluated afresh."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    feasible: bool = Field(description="fits in memory and breaks no rule")
+    violations: list[str]
+    step_time_s: float
+    tokens_per_s: float
+    peak_memory_gib: float
+
+
+class PlanExport(BaseModel):
+    """A plan candidate as one framework's launch config. ``exact`` is true only when the files
+    run the candidate as planned; otherwise ``parallel`` is the nearest configuration the
+    framework runs exactly and ``differences`` names every change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    plan_id: str
+    candidate: int = Field(description="index into the plan's candidates (0 is the best)")
+    format: ExportFormatName
+    exact: bool
+    parallel: Parallel = Field(description="the configuration the files run")
+    differences: list[ExportDifference]
+    files: list[ExportFile]
+    notes: list[str] = Field(description="what the files leave to you: data, tokenizer, model code")
+    prediction: ExportPrediction | None = Field(description="null when the plan's measured profile can no longer be read")

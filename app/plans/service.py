@@ -19,19 +19,25 @@ from app.core.config import Settings
 from app.core.db import utc_now
 from app.core.metrics import Metrics
 from app.core.pagination import decode_cursor, encode_cursor
-from app.core.problems import Problem, from_spec_error, not_found
+from app.core.problems import Problem, from_spec_error, invalid_field, not_found
 from app.core.single_flight import SingleFlight
 from app.core.solver_pool import InlineSolver, SolverPool, SolverSaturated, SolverUnavailable
 from app.core.versions import Versions
-from app.evaluations.service import check_num_gpus, training_spec
+from app.evaluations.service import check_num_gpus, resolve_training, training_spec
 from app.plans import repository, schemas
 from app.plans.models import Plan, PlanCandidate
 from app.profiles.service import measured_profile
+from catalog.conversion import cluster_spec_on_gpu, gpu_spec_from_dict, model_spec_from_dict
+from solver.cost.evaluate import evaluate
 from solver.cost.profile import ModelProfile
-from solver.io.profile_format import profile_document
+from solver.frameworks import ExportFormat, PlanToExport, export_plan
+from solver.io.profile_format import parse_profile_document, profile_document
 from solver.search.loop import search
 from solver.search.request import Constraints, Objective, SearchRequest
 from solver.spec.errors import SpecError
+from solver.spec.model import ModelSpec
+from solver.spec.parallel import ParallelConfig, parallel_from_dict, parallel_to_dict
+from solver.spec.training import TrainingSpec
 
 MAX_PAGE_SIZE = 100
 
@@ -54,6 +60,9 @@ def normalise(body: schemas.PlanRequest, time_budget_s: float, cluster_num_gpus:
     ``num_gpus`` out plans on every GPU of the cluster unless a ``num_gpus`` constraint or the
     min_gpus objective asks for a range, so it is written with that count, as one that names it."""
     request = body.model_dump(mode="json", exclude_none=True)
+    # The stack and every fact it sets, written out: the stored plan says what it assumed, and a
+    # request naming the default stack equals one that leaves it out.
+    request["training"] = resolve_training(body.training).model_dump(mode="json", exclude_none=True)
     request["time_budget_s"] = time_budget_s
     request.setdefault("constraints", {})
     if "num_gpus" not in request and "num_gpus" not in request["constraints"] and request.get("objective") != "min_gpus":
@@ -290,3 +299,85 @@ def list_plans(
         for plan in page
     ]
     return schemas.PlanList.model_validate({"items": items, "next_cursor": encode_cursor(page[-1]) if more else None})
+
+
+def export_candidate(session: Session, plan_id: str, export_format: str, candidate: int) -> schemas.PlanExport:
+    """Candidate ``candidate`` (0: the best) of a stored plan as ``export_format``'s launch
+    config (``solver.frameworks``), with the exported configuration's prediction: the plan's
+    own when the export is exact, else the nearest configuration evaluated on the plan's
+    snapshot (model, cluster, GPU and measured profile as they were planned)."""
+    if candidate < 0:
+        raise invalid_field("query.candidate", "must be at least 0 (0 is the best)")
+    plan = repository.get(session, plan_id)
+    if plan is None:
+        raise _unknown_plan(session, plan_id)
+    document = plan_document(plan)
+    session.rollback()  # the read is over: release the connection before computing
+    if candidate >= len(document.candidates):
+        reason = (
+            "the plan is infeasible and has no candidates" if not document.candidates
+            else f"the plan has {len(document.candidates)} candidates: 0 to {len(document.candidates) - 1}"
+        )
+        raise Problem(
+            404, "Unknown candidate", f"query.candidate: {reason}", slug="not-found",
+            errors=[{"field": "query.candidate", "reason": reason}],
+        )
+    chosen = document.candidates[candidate]
+    snapshot = plan.catalog_snapshot  # the entries exactly as the plan resolved them
+    model = model_spec_from_dict(snapshot["model"]["entry"])
+    cluster_entry = snapshot["cluster"]["entry"]
+    parallel = parallel_from_dict(chosen.parallel.model_dump())
+    training = training_spec(document.request.training)
+    export = export_plan(PlanToExport(model, training, parallel, cluster_entry["gpus_per_node"]), ExportFormat(export_format))
+    if export.exact:
+        prediction = schemas.ExportPrediction(
+            feasible=chosen.feasible, violations=chosen.violations, step_time_s=chosen.prediction.step_time_s,
+            tokens_per_s=chosen.prediction.tokens_per_s, peak_memory_gib=chosen.memory.peak_gib,
+        )
+    else:
+        prediction = _exported_prediction(snapshot, model, cluster_entry, export.parallel, export.training)
+    return schemas.PlanExport.model_validate({
+        "plan_id": plan.id,
+        "candidate": candidate,
+        "format": export_format,
+        "exact": export.exact,
+        "parallel": parallel_to_dict(export.parallel),
+        "differences": [vars(d) for d in export.differences],
+        "files": [{"name": f.name, "media_type": f.media_type, "content": f.text} for f in export.files],
+        "notes": list(export.notes),
+        "prediction": prediction,
+    })
+
+
+def _exported_prediction(
+    snapshot: dict[str, Any], model: ModelSpec, cluster_entry: dict[str, Any], parallel: ParallelConfig, training: TrainingSpec,
+) -> schemas.ExportPrediction | None:
+    """The nearest exact configuration evaluated on the plan's own snapshot (GPU, cluster and
+    measured profile as planned)."""
+    cluster = cluster_spec_on_gpu(cluster_entry, gpu_spec_from_dict(snapshot["gpu"]["entry"]))
+    profile = None
+    if "profile" in snapshot:
+        try:
+            profile = parse_profile_document(snapshot["profile"]["document"]).profile
+        except SpecError:
+            return None
+    result = evaluate(model, cluster, training, parallel, num_gpus=parallel.num_gpus, profile=profile)
+    out = result.to_dict()
+    return schemas.ExportPrediction(
+        feasible=out["feasible"], violations=[str(v) for v in out["violations"]],
+        step_time_s=out["prediction"]["step_time_s"], tokens_per_s=out["prediction"]["tokens_per_s"],
+        peak_memory_gib=out["memory"]["peak_gib"],
+    )
+
+
+def export_file(export: schemas.PlanExport, name: str) -> schemas.ExportFile:
+    """One file of an export by name; a 404 naming ``query.file`` and the files there are."""
+    for file in export.files:
+        if file.name == name:
+            return file
+    names = [f.name for f in export.files]
+    reason = f"the {export.format} export has {', '.join(names)}"
+    raise Problem(
+        404, "Unknown file", f"query.file: {reason}", slug="not-found",
+        errors=[{"field": "query.file", "reason": reason}], suggestions=names,
+    )
