@@ -25,6 +25,7 @@ from app.evaluations.router import router as evaluations_router
 from app.health.router import router as health_router
 from app.plans.router import router as plans_router
 from app.profiles.router import router as profiles_router
+from app.sizing.router import router as sizing_router
 from app.sweeps.router import router as sweeps_router
 
 DESCRIPTION = """Partitura plans how to split transformer training over a GPU cluster: data,
@@ -62,6 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             {"name": "plans", "description": "Search for parallel configurations; stored and idempotent"},
             {"name": "evaluations", "description": "Evaluate one configuration"},
             {"name": "sweeps", "description": "Plan a grid of GPU counts, clusters and batch sizes; scaling curves"},
+            {"name": "sizing", "description": "Compute-optimal model size and tokens for a budget (Chinchilla)"},
             {"name": "catalog", "description": "GPUs, models and clusters"},
             {"name": "operations", "description": "Health, readiness, metrics"},
         ],
@@ -85,6 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health_router)
     app.include_router(profiles_router)
     app.include_router(sweeps_router)
+    app.include_router(sizing_router)
 
     @app.middleware("http")
     async def record_latency(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
