@@ -75,6 +75,21 @@ def _node_names() -> set[str]:
     return {entry["name"] for entry in catalog.list_entries("nodes")}
 
 
+def catalog_price(session: Session, name: str) -> tuple[float | None, str, bool]:
+    """A cluster's GPU-hour price from the catalog, where it came from, and whether the cluster's
+    own entry lacks it (a node type priced as the first catalog cluster of that node type)."""
+    entry = find_entry(session, "clusters", name)
+    if entry is not None:
+        own = entry.get("gpu_hour_price_usd")
+        return own, (f"the catalog cluster {name}" if own is not None else "none: the catalog entry has no price"), False
+    if name in _node_names():
+        priced = [c for c in catalog.list_entries("clusters") if c.get("node") == name and c.get("gpu_hour_price_usd")]
+        if priced:
+            return priced[0]["gpu_hour_price_usd"], f"the catalog cluster {priced[0]['name']} (same node type)", True
+        return None, f"none: no catalog cluster of the node type {name} has a price", False
+    return None, "none: the catalog entry has no price", False
+
+
 def _prices(session: Session, body: schemas.SweepRequest, clusters: list[str]) -> dict[str, _Price]:
     """Each cluster's GPU-hour price: the request's, else its catalog entry's, else (a node type)
     the first catalog cluster of that node type with a price."""
@@ -86,25 +101,14 @@ def _prices(session: Session, body: schemas.SweepRequest, clusters: list[str]) -
             if item.cluster not in clusters:
                 raise invalid_field(f"body.gpu_hour_price_usd.{index}.cluster", f"{item.cluster!r} is not one of the sweep's clusters")
             given[item.cluster] = item.gpu_hour_price_usd
-    nodes = _node_names()
     prices = {}
     for name in clusters:
-        entry = find_entry(session, "clusters", name)
-        own = entry.get("gpu_hour_price_usd") if entry is not None else None
+        price, source, borrowed = catalog_price(session, name)
         if name in given:
+            own = None if borrowed else price
             prices[name] = _Price(given[name], "the request", pass_to_plan=given[name] != own)
-        elif own is not None:
-            prices[name] = _Price(own, f"the catalog cluster {name}", pass_to_plan=False)
-        elif entry is None and name in nodes:
-            priced = [c for c in catalog.list_entries("clusters") if c.get("node") == name and c.get("gpu_hour_price_usd")]
-            if priced:
-                prices[name] = _Price(
-                    priced[0]["gpu_hour_price_usd"], f"the catalog cluster {priced[0]['name']} (same node type)", pass_to_plan=True
-                )
-            else:
-                prices[name] = _Price(None, f"none: no catalog cluster of the node type {name} has a price", False)
         else:
-            prices[name] = _Price(None, "none: the catalog entry has no price", False)
+            prices[name] = _Price(price, source, pass_to_plan=borrowed)
     return prices
 
 
