@@ -170,6 +170,22 @@ def _command_sweep(args: argparse.Namespace, settings: Settings, out: IO[str], s
     return 0
 
 
+def _command_sizing(args: argparse.Namespace, settings: Settings, out: IO[str], stdin: IO[str]) -> int:
+    from app.core.metrics import Metrics
+    from app.core.solver_pool import InlineSolver
+    from app.core.versions import current_versions
+    from app.sizing import service
+    from app.sizing.schemas import SizingRequest
+
+    body = _parse(SizingRequest, _read_body(args.file, stdin))
+    with _database(settings, args.db) as (settings, session):
+        document, release = service.create_sizing(session, InlineSolver(), Metrics(), settings, current_versions(), body)
+        session.commit()
+        release()
+    _write_json(out, document.model_dump(mode="json"))
+    return 0
+
+
 def _command_export(args: argparse.Namespace, settings: Settings, out: IO[str]) -> int:
     """A stored plan's candidate as a framework's launch config: the JSON the API answers, one
     file of it (``--file``), or every file written into a directory (``--write``)."""
@@ -233,6 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--json", action="store_true", help="print the sweep document instead of the table")
     sweep.add_argument("--charts", type=Path, metavar="DIR", help="also write scaling.svg and pareto.svg into DIR")
     sweep.set_defaults(action_with_input=_command_sweep)
+
+    sizing = commands.add_parser("sizing", help="compute-optimal model for a budget, or tokens for a model: a POST /v1/sizing body")
+    sizing.add_argument("file", metavar="FILE|-")
+    sizing.add_argument("--db", action="store_true", help=db_help)
+    sizing.set_defaults(action_with_input=_command_sizing)
 
     export = commands.add_parser(
         "export", help="a stored plan (DATABASE_URL) as a framework's launch config; exact=false names what differs",
