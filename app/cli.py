@@ -134,6 +134,9 @@ def _command_evaluate(args: argparse.Namespace, settings: Settings, out: IO[str]
 def _command_catalog(args: argparse.Namespace, settings: Settings, out: IO[str]) -> int:
     from app.catalog import service
 
+    if args.kind == "stacks":  # built in only: no database needed
+        _write_json(out, {"items": service.list_stacks()} if args.name is None else service.get_stack(args.name))
+        return 0
     with _database(settings, args.db) as (_settings, session):
         if args.name is None:
             _write_json(out, {"items": service.list_entries(session, args.kind)})
@@ -238,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(action_with_input=_command_evaluate)
 
     catalog = commands.add_parser("catalog", help="list or show catalog entries")
-    catalog.add_argument("kind", choices=["gpus", "models", "clusters"])
+    catalog.add_argument("kind", choices=["gpus", "models", "clusters", "stacks"])
     catalog.add_argument("name", nargs="?", help="show this entry (default: list all)")
     catalog.add_argument("--db", action="store_true", help="include custom entries from DATABASE_URL")
     catalog.set_defaults(action=_command_catalog)

@@ -29,6 +29,7 @@ if str(ROOT) not in sys.path:
 
 import catalog  # noqa: E402
 from bench import vtrain
+from catalog.conversion import STACK_FACTS  # noqa: E402
 from solver.cost.evaluate import evaluate
 from solver.cost.flops import total_parameter_count
 from solver.cost.result import Evaluation
@@ -227,18 +228,15 @@ def training_for(record: dict, settings: dict, model: ModelSpec, padded: bool = 
     False: at the full sequence length, which is what memory must hold."""
     gpus = record["cluster"]["gpus"]
     full_length = record["model"].get("seq_len") or model.seq_length
+    # The source's stack sets the kernel and overlap facts; the record's settings override each.
+    stack = catalog.get_stack_facts(settings["stack"]) if settings.get("stack") else {}
+    facts = {name: settings[name] if name in settings else stack[name] for name in STACK_FACTS if name in settings or name in stack}
     return TrainingSpec(
         global_batch_size=record["parallel"].get("global_batch") or settings["global_batch_per_gpu"] * gpus,
         seq_length=(settings.get("mean_padded_seq_length") or full_length) if padded else full_length,
         precision=settings.get("precision", "bf16"),
         optimizer=settings.get("optimizer", "adam"),
-        flash_attention=settings.get("flash_attention", True),
-        overlap_grad_reduce=settings.get("overlap_grad_reduce", True),
-        fused_kernels=settings.get("fused_kernels", True),
-        zero3_collectives=settings.get("zero3_collectives", "per_layer"),
-        zero3_overlap=settings.get("zero3_overlap", True),
-        tp_comm_overlap=settings.get("tp_comm_overlap", False),
-        overlap_p2p_comm=settings.get("overlap_p2p_comm", False),
+        **facts,
     )
 
 

@@ -44,6 +44,12 @@ CLUSTER_OPTIONAL = (
     ("gpu_hour_price_usd", "gpu_hour_price_usd", 1.0),
 )
 
+# What a software stack sets (data/stacks.json "facts"): TrainingSpec fields, by name.
+STACK_FACTS = (
+    "flash_attention", "fused_kernels", "overlap_grad_reduce", "zero3_collectives", "zero3_overlap",
+    "tp_comm_overlap", "overlap_p2p_comm",
+)
+
 MODEL_FIELDS = (
     "name", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size",
     "vocab_size", "seq_length", "mlp_activation", "tied_embeddings", "architecture", "position_embedding",
@@ -111,3 +117,12 @@ def cluster_spec_on_gpu(data: dict[str, Any], gpu: GpuSpec) -> ClusterSpec:
         if isinstance(bad, SpecError):
             raise
         raise SpecError("cluster", str(bad)) from None
+
+
+def stack_training_facts(entry: dict[str, Any]) -> dict[str, Any]:
+    """The TrainingSpec fields a stack entry sets (every one of STACK_FACTS)."""
+    facts = entry["facts"]
+    missing = [name for name in STACK_FACTS if name not in facts]
+    if missing:
+        raise SpecError("training.stack", f"stack {entry['name']!r} does not state {', '.join(missing)}")
+    return {name: facts[name] for name in STACK_FACTS}

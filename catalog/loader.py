@@ -78,7 +78,8 @@ def _load(overrides: tuple[str, ...]) -> dict[str, dict[str, dict[str, Any]]]:
         name: _cluster_of(nodes[entry["node"]], name, entry["num_nodes"], entry["source"], entry.get("gpu_hour_price_usd"))
         for name, entry in _read("clusters.json", "clusters").items()
     }
-    return {"gpus": gpus, "nodes": nodes, "models": models, "clusters": clusters}
+    stacks = _read("stacks.json", "stacks")
+    return {"gpus": gpus, "nodes": nodes, "models": models, "clusters": clusters, "stacks": stacks}
 
 
 def _cluster_of(node: dict[str, Any], name: str, num_nodes: int, source: str, price_usd: float | None) -> dict[str, Any]:
@@ -111,8 +112,13 @@ def _entries(kind: str) -> dict[str, dict[str, Any]]:
     return _load(override_paths())[kind]
 
 
+def default_stack_name() -> str:
+    """The stack a request that names none assumes (data/stacks.json "default")."""
+    return str(json.loads((DATA_DIR / "stacks.json").read_text())["default"])
+
+
 def list_entries(kind: str) -> list[dict[str, Any]]:
-    """All built-in entries of ``kind`` (gpus, nodes, models, clusters), as copies."""
+    """All built-in entries of ``kind`` (gpus, nodes, models, clusters, stacks), as copies."""
     return [copy.deepcopy(e) for e in _entries(kind).values()]
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from catalog.conversion import cluster_spec_on_gpu, gpu_spec_from_dict, model_spec_from_dict
-from catalog.loader import CatalogError, get_entry
+from catalog.conversion import cluster_spec_on_gpu, gpu_spec_from_dict, model_spec_from_dict, stack_training_facts
+from catalog.loader import CatalogError, default_stack_name, get_entry
 from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec, GpuSpec
 from solver.spec.model import ModelSpec
@@ -43,3 +43,9 @@ def cluster_spec_from_dict(data: dict[str, Any], gpu: GpuSpec | None = None) -> 
 
 def get_cluster(name: str) -> ClusterSpec:
     return cluster_spec_from_dict(get_entry("clusters", name))
+
+
+def get_stack_facts(name: str | None = None) -> dict[str, Any]:
+    """The training facts of stack ``name`` (the default stack when None); CatalogError with close
+    names for an unknown one."""
+    return stack_training_facts(get_entry("stacks", name or default_stack_name()))

@@ -1,4 +1,4 @@
-"""/v1/catalog: built-in GPUs, models and clusters; custom models and clusters."""
+"""/v1/catalog: built-in GPUs, models, clusters and software stacks; custom models and clusters."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from app.catalog.schemas import (
     ModelEntry,
     ModelList,
     ModelSpecIn,
+    StackEntry,
+    StackList,
 )
 from app.core.deps import SessionDep
 from app.core.openapi import CONFLICT_RESPONSES, PROBLEM_RESPONSES
@@ -85,3 +87,14 @@ def delete_cluster(name: str, session: SessionDep) -> Response:
     service.delete_custom(session, "clusters", name)
     session.commit()
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get("/stacks", operation_id="list_stacks", response_model=StackList)
+def list_stacks() -> dict:
+    """The software stacks a plan can assume, with the facts each sets and their sources."""
+    return {"items": service.list_stacks()}
+
+
+@router.get("/stacks/{name}", operation_id="get_stack", response_model=StackEntry)
+def get_stack(name: str) -> dict:
+    return service.get_stack(name)

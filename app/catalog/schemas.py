@@ -305,5 +305,54 @@ class ClusterList(BaseModel):
     items: list[ClusterEntry]
 
 
+class StackFacts(BaseModel):
+    """The training facts a software stack sets (each a request may override)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    flash_attention: bool
+    fused_kernels: bool
+    overlap_grad_reduce: bool
+    zero3_collectives: Literal["per_layer", "per_tensor"]
+    zero3_overlap: bool
+    tp_comm_overlap: bool
+    overlap_p2p_comm: bool
+
+
+class StackFactSources(BaseModel):
+    """Where each fact comes from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    flash_attention: str
+    fused_kernels: str
+    overlap_grad_reduce: str
+    zero3_collectives: str
+    zero3_overlap: str
+    tp_comm_overlap: str
+    overlap_p2p_comm: str
+
+
+class StackEntry(BaseModel):
+    """A software stack a plan can assume (``training.stack``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    display_name: str
+    framework: Literal["any", "megatron", "deepspeed", "fsdp"] = Field(description="whose parallelism rules it follows")
+    era: int = Field(description="the year its behaviour describes")
+    facts: StackFacts
+    sources: StackFactSources
+    default: bool = Field(description="assumed by a request that names no stack")
+    builtin: bool
+
+
+class StackList(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[StackEntry]
+
+
 def entry_dict(entry: dict[str, Any], builtin: bool) -> dict[str, Any]:
     return {**entry, "builtin": builtin}

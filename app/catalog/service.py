@@ -28,6 +28,22 @@ CUSTOM_TABLES: dict[str, type[CustomModel] | type[CustomCluster]] = {
 SINGULAR = {"gpus": "GPU", "models": "model", "clusters": "cluster"}
 
 
+def _stack_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    return {**entry_dict(entry, builtin=True), "default": entry["name"] == catalog.default_stack_name()}
+
+
+def list_stacks() -> list[dict[str, Any]]:
+    return [_stack_entry(entry) for entry in catalog.list_entries("stacks")]
+
+
+def get_stack(name: str) -> dict[str, Any]:
+    try:
+        return _stack_entry(catalog.get_entry("stacks", name))
+    except catalog.CatalogError as error:
+        # Few stacks exist: with no close name, every one is a suggestion.
+        raise not_found("stack", name, error.suggestions or [e["name"] for e in catalog.list_entries("stacks")]) from None
+
+
 def _builtin_names(kind: Kind) -> list[str]:
     return [entry["name"] for entry in catalog.list_entries(kind)]
 

@@ -13,13 +13,20 @@ from app.core.types import LIST_MAX_ITEMS, Flag, NonNegativeInt, PositiveInt, Re
 
 
 class Training(BaseModel):
-    """Training settings. ``train_tokens`` enables ``time_to_train_s``."""
+    """Training settings. ``train_tokens`` enables ``time_to_train_s``.
+
+    ``stack`` names the software stack that will run the job (``GET /v1/catalog/stacks``); it sets
+    the kernel and overlap facts below, each of which a request may still override. Left out, the
+    catalog's default stack is assumed; a stored plan records the stack and every fact it used."""
 
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
             "examples": [
-                {"global_batch_size": 512, "seq_length": 2048, "precision": "bf16", "optimizer": "adam", "train_tokens": 3e11}
+                {
+                    "global_batch_size": 512, "seq_length": 2048, "precision": "bf16", "optimizer": "adam", "train_tokens": 3e11,
+                    "stack": "megatron-core-2024",
+                }
             ]
         },
     )
@@ -29,13 +36,21 @@ class Training(BaseModel):
     precision: Literal["fp16", "bf16", "fp8"] = "bf16"
     optimizer: Literal["adam", "sgd"] = "adam"
     train_tokens: TrainTokens | None = not_given()
-    flash_attention: Flag = True
+    stack: Reference | None = Field(None, description="software stack (catalog name); null: the catalog's default stack")
+    # Facts a stack sets; null: the stack's value.
+    flash_attention: Flag | None = Field(None, description="fused attention kernel (FlashAttention / cuDNN); null: the stack's")
     # False: the framework reduces data-parallel gradients only after the backward pass ends
     # (Megatron-LM's local DDP, DeepSpeed's pipeline engine) instead of overlapping them with it.
-    overlap_grad_reduce: Flag = True
+    overlap_grad_reduce: Flag | None = Field(None, description="gradient reduction overlapped with backward; null: the stack's")
     # False: element-wise work runs as one eager PyTorch kernel per operation (Hugging Face or
     # DeepLearningExamples style model code) instead of Megatron-style fused kernels.
-    fused_kernels: Flag = True
+    fused_kernels: Flag | None = Field(None, description="fused element-wise kernels; null: the stack's")
+    zero3_collectives: Literal["per_layer", "per_tensor"] | None = Field(
+        None, description="ZeRO-3 collectives per layer (FSDP, DeepSpeed >= 0.7) or per parameter tensor (DeepSpeed 0.3-0.6); null: the stack's"
+    )
+    zero3_overlap: Flag | None = Field(None, description="ZeRO-3 gathers prefetched beside compute; null: the stack's")
+    tp_comm_overlap: Flag | None = Field(None, description="TP collectives overlapped inside the GEMMs (TE userbuffers); null: the stack's")
+    overlap_p2p_comm: Flag | None = Field(None, description="interleaved pipeline p2p overlapped with compute; null: the stack's")
 
 
 Parallel = create_model(

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+import catalog
 from app.catalog.service import resolve
-from app.core.problems import from_spec_error, invalid_field
+from app.core.problems import clip, from_spec_error, invalid_field
 from app.evaluations.schemas import EvaluationOut, EvaluationRequest, Training
 from app.profiles.service import measured_profile
+from catalog.conversion import STACK_FACTS
 from solver.cost.evaluate import evaluate
 from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
@@ -15,17 +17,30 @@ from solver.spec.parallel import parallel_from_dict
 from solver.spec.training import TrainingSpec
 
 
+def resolve_training(training: Training) -> Training:
+    """The training settings with their stack named (the catalog's default when the request names
+    none) and every fact the stack sets filled in where the request left it out."""
+    name = training.stack or catalog.default_stack_name()
+    try:
+        facts = catalog.get_stack_facts(name)
+    except catalog.CatalogError as error:
+        # Few stacks exist: with no close name, every one is a suggestion.
+        known = error.suggestions or [entry["name"] for entry in catalog.list_entries("stacks")]
+        raise invalid_field("body.training.stack", f"unknown stack {clip(repr(name), 128)}", known) from None
+    given = training.model_dump(exclude_none=True)
+    return Training.model_validate({**facts, **given, "stack": name})
+
+
 def training_spec(training: Training) -> TrainingSpec:
+    resolved = resolve_training(training)
     try:
         return TrainingSpec(
-            global_batch_size=training.global_batch_size,
-            seq_length=training.seq_length,
-            precision=training.precision,
-            optimizer=training.optimizer,
-            train_tokens=training.train_tokens,
-            flash_attention=training.flash_attention,
-            overlap_grad_reduce=training.overlap_grad_reduce,
-            fused_kernels=training.fused_kernels,
+            global_batch_size=resolved.global_batch_size,
+            seq_length=resolved.seq_length,
+            precision=resolved.precision,
+            optimizer=resolved.optimizer,
+            train_tokens=resolved.train_tokens,
+            **{name: getattr(resolved, name) for name in STACK_FACTS},
         )
     except SpecError as error:
         raise from_spec_error(error, "body") from None

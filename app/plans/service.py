@@ -23,7 +23,7 @@ from app.core.problems import Problem, from_spec_error, invalid_field, not_found
 from app.core.single_flight import SingleFlight
 from app.core.solver_pool import InlineSolver, SolverPool, SolverSaturated, SolverUnavailable
 from app.core.versions import Versions
-from app.evaluations.service import check_num_gpus, training_spec
+from app.evaluations.service import check_num_gpus, resolve_training, training_spec
 from app.plans import repository, schemas
 from app.plans.models import Plan, PlanCandidate
 from app.profiles.service import measured_profile
@@ -60,6 +60,9 @@ def normalise(body: schemas.PlanRequest, time_budget_s: float, cluster_num_gpus:
     ``num_gpus`` out plans on every GPU of the cluster unless a ``num_gpus`` constraint or the
     min_gpus objective asks for a range, so it is written with that count, as one that names it."""
     request = body.model_dump(mode="json", exclude_none=True)
+    # The stack and every fact it sets, written out: the stored plan says what it assumed, and a
+    # request naming the default stack equals one that leaves it out.
+    request["training"] = resolve_training(body.training).model_dump(mode="json", exclude_none=True)
     request["time_budget_s"] = time_budget_s
     request.setdefault("constraints", {})
     if "num_gpus" not in request and "num_gpus" not in request["constraints"] and request.get("objective") != "min_gpus":
