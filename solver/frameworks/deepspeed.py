@@ -16,9 +16,8 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from solver.cost.flops import layer_parameter_count
-from solver.cost.memory import ZERO3_PREFETCHED_LAYERS
 from solver.frameworks.export import (
+    Argument,
     Difference,
     Export,
     ExportFormat,
@@ -29,11 +28,11 @@ from solver.frameworks.export import (
     differs,
     full_recompute_counts,
     recompute_form,
+    render_shell,
     resplit,
 )
-from solver.frameworks.megatron import Argument, render_shell
 from solver.spec.legality import uniform_partition
-from solver.spec.model import Architecture, MlpActivation, PositionEmbedding
+from solver.spec.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding
 from solver.spec.parallel import ParallelConfig
 from solver.spec.rules import Rule, Violation
 from solver.spec.training import Precision, TrainingSpec, ZeroStage
@@ -43,6 +42,10 @@ from solver.spec.training import Precision, TrainingSpec, ZeroStage
 PERSISTENCE_ELEMENTS_PER_HIDDEN = 10
 # Gradients of at most this many elements are reduced in one bucket (DeepSpeed's default, 5e8).
 DEFAULT_BUCKET_ELEMENTS = 500_000_000
+# Layers whose parameters ZeRO-3 holds gathered at once: the one computing and the one
+# prefetched, as the cost model counts its buffers (solver.cost.memory.ZERO3_PREFETCHED_LAYERS;
+# a test holds the two equal: solver.cost imports this package, so it cannot be imported here).
+ZERO3_GATHERED_LAYERS = 2
 
 
 def violations(parallel: ParallelConfig) -> list[Violation]:
@@ -128,8 +131,8 @@ def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, TrainingSpec, tupl
 def ds_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSpec) -> dict[str, Any]:
     """``ds_config.json``: batch, precision and ZeRO settings. Bucket sizes follow the cost
     model's assumptions: gradients reduced about one layer at a time, and under ZeRO-3 the
-    layer in use and the next one prefetched gathered at once (``ZERO3_PREFETCHED_LAYERS``)."""
-    layer_elements = layer_parameter_count(plan.model) // parallel.tp_size
+    layer in use and the next one prefetched gathered at once (``ZERO3_GATHERED_LAYERS``)."""
+    layer_elements = layer_weight_count(plan.model) // parallel.tp_size
     zero: dict[str, Any] = {
         "stage": int(parallel.zero_stage),
         "overlap_comm": training.overlap_grad_reduce,
@@ -142,8 +145,8 @@ def ds_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSp
         del zero["allgather_bucket_size"]  # ZeRO-3 gathers by prefetch bucket instead
         zero.update({
             "stage3_prefetch_bucket_size": layer_elements,
-            "stage3_max_live_parameters": ZERO3_PREFETCHED_LAYERS * layer_elements,
-            "stage3_max_reuse_distance": ZERO3_PREFETCHED_LAYERS * layer_elements,
+            "stage3_max_live_parameters": ZERO3_GATHERED_LAYERS * layer_elements,
+            "stage3_max_reuse_distance": ZERO3_GATHERED_LAYERS * layer_elements,
             "stage3_param_persistence_threshold": PERSISTENCE_ELEMENTS_PER_HIDDEN * plan.model.hidden_size,
         })
     config: dict[str, Any] = {
@@ -164,6 +167,13 @@ def ds_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSp
             "partition_activations": False, "contiguous_memory_optimization": False, "cpu_checkpointing": False,
         }
     return config
+
+
+def layer_weight_count(model: ModelSpec) -> int:
+    """GEMM weights of one transformer layer: Q and output h x h, K and V h x kv, and the MLP's
+    h x ffn matrices (the cost model's ``layer_weight_count``; biases and norms are a few h)."""
+    h = model.hidden_size
+    return 2 * h * h + 2 * h * model.kv_hidden_size + model.mlp_gemm_count * h * model.ffn_hidden_size
 
 
 def launcher_arguments(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSpec) -> list[Argument]:

@@ -15,6 +15,7 @@ memory grows, and the caller may evaluate the nearest configuration again.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -22,6 +23,8 @@ from solver.spec.legality import stage_layer_counts
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.training import Recompute, TrainingSpec
+
+Argument = tuple[str, str | None]  # a launcher or program flag and its value; None: a switch
 
 
 class ExportFormat(str, Enum):
@@ -171,3 +174,15 @@ def _text(value: object) -> str:
     if isinstance(value, Enum):
         return str(value.value)
     return str(value)
+
+
+def render_shell(program: str, launcher: list[str], args: list[Argument], header: list[str], environment: list[str]) -> str:
+    """A bash snippet: comments, exports, then the launcher, the program and one argument per
+    line (values quoted for the shell). ``$EXTRA_ARGS`` takes the user's own arguments."""
+    lines = ["#!/usr/bin/env bash", *(f"# {line}" for line in header), "set -euo pipefail", *environment]
+    lines.append(" ".join(launcher) + " \\")
+    lines.append(f"    {program} \\")
+    for flag, value in args:
+        lines.append(f"    {flag} \\" if value is None else f"    {flag} {shlex.quote(value)} \\")
+    lines.append("    ${EXTRA_ARGS:-}")
+    return "\n".join(lines) + "\n"

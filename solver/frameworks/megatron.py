@@ -18,10 +18,10 @@ and selective recomputation, is not exact here.
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import replace
 
 from solver.frameworks.export import (
+    Argument,
     Difference,
     Export,
     ExportFormat,
@@ -33,13 +33,12 @@ from solver.frameworks.export import (
     differs,
     full_recompute_counts,
     recompute_form,
+    render_shell,
 )
 from solver.spec.model import Architecture, MlpActivation, PositionEmbedding
 from solver.spec.parallel import ParallelConfig
 from solver.spec.rules import Rule, Violation
 from solver.spec.training import Precision, ZeroStage
-
-Argument = tuple[str, str | None]  # (flag, value); None: a switch
 
 
 def violations(parallel: ParallelConfig) -> list[Violation]:
@@ -174,18 +173,6 @@ def model_arguments(plan: PlanToExport) -> list[Argument]:
     if not model.tied_embeddings:
         args.append(("--untie-embeddings-and-output-weights", None))
     return args
-
-
-def render_shell(program: str, launcher: list[str], args: list[Argument], header: list[str], environment: list[str]) -> str:
-    """A bash snippet: comments, exports, then the launcher, the program and one argument per
-    line (values quoted for the shell). ``$EXTRA_ARGS`` takes the user's own arguments."""
-    lines = ["#!/usr/bin/env bash", *(f"# {line}" for line in header), "set -euo pipefail", *environment]
-    lines.append(" ".join(launcher) + " \\")
-    lines.append(f"    {program} \\")
-    for flag, value in args:
-        lines.append(f"    {flag} \\" if value is None else f"    {flag} {shlex.quote(value)} \\")
-    lines.append("    ${EXTRA_ARGS:-}")
-    return "\n".join(lines) + "\n"
 
 
 def torchrun(plan: PlanToExport) -> list[str]:
