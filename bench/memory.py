@@ -3,8 +3,9 @@
 Run: ``.venv/bin/python bench/memory.py`` (or ``make bench``). For every record of
 bench/data/published_memory.json it builds the solver inputs from the record's ``run`` (catalog
 model, node and GPU, the published split), evaluates them through the public solver API and
-prints the predicted peak of the GPU the figure is about (the largest stage's peak: every source
-here reports its largest GPU) against the measured figure, with the signed error
+prints the predicted peak of the GPU the figure is about (the record's ``stage``: Megatron-LM logs
+its last rank; otherwise the largest stage, as the other sources report their largest GPU)
+against the measured figure, with the signed error
 (predicted / measured - 1: positive = the model predicts more memory than was measured), the
 memory verdict on the capacity of the GPU that ran it (every run here did run, so "NO" is a false
 out-of-memory) and the predicted breakdown; rules other than memory that the planner says the
@@ -26,7 +27,7 @@ if str(ROOT) not in sys.path:
 
 import catalog  # noqa: E402
 from solver.cost.evaluate import evaluate
-from solver.cost.result import GIB_BYTES, MEMORY_KEYS
+from solver.cost.result import GIB_BYTES, MEMORY_KEYS, Evaluation
 from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
 from solver.spec.model import ModelSpec
@@ -49,8 +50,8 @@ class MemoryResult:
     predicted_gib: float | None = None
     fits: bool | None = None  # no memory violation on the capacity of the GPU that ran it
     other_violations: tuple[str, ...] = ()  # rules other than memory the planner says it breaks
-    peak_stage: int = 0
-    breakdown_gib: dict[str, float] = field(default_factory=dict)  # the peak stage, by MEMORY_KEYS
+    stage: int = 0  # the pipeline stage compared (measured_stage)
+    breakdown_gib: dict[str, float] = field(default_factory=dict)  # that stage's, by MEMORY_KEYS
     skipped: str = ""  # why the record cannot be expressed
 
     @property
@@ -94,8 +95,10 @@ def not_expressible(record: dict) -> str:
 
 
 def model_for(run: dict) -> ModelSpec:
-    """The catalog model at the run's sequence length."""
-    return catalog.model_spec_from_dict({**catalog.get_entry("models", run["model"]), "seq_length": run["seq_length"]})
+    """The run's model at its sequence length: a catalog model, or the shape the record gives
+    (``model_shape``, the catalog's model fields) where the catalog has none."""
+    shape = catalog.get_entry("models", run["model"]) if run.get("model") else run["model_shape"]
+    return catalog.model_spec_from_dict({**shape, "seq_length": run["seq_length"]})
 
 
 def cluster_for(run: dict) -> ClusterSpec:
@@ -135,6 +138,16 @@ def parallel_for(run: dict) -> ParallelConfig:
     )
 
 
+def measured_stage(evaluation: Evaluation, run: dict) -> int:
+    """The pipeline stage whose GPU the figure is about: ``run["stage"]`` ("last" for the last
+    pipeline stage, as Megatron-LM logs memory on the last rank), else the largest one (every
+    other source reports the maximum over its GPUs)."""
+    stage = run.get("stage")
+    if stage is None:
+        return evaluation.peak_stage
+    return len(evaluation.stages) - 1 if stage == "last" else int(stage)
+
+
 def evaluate_record(record: dict) -> MemoryResult:
     base = MemoryResult(record["id"], record.get("family", ""), record["measures"], float(record["measured_gib"]))
     why = not_expressible(record)
@@ -147,14 +160,15 @@ def evaluate_record(record: dict) -> MemoryResult:
         )
     except SpecError as err:
         return MemoryResult(**{**base.__dict__, "skipped": f"the planner rejects the published split: {err}"})
-    peak = evaluation.stages[evaluation.peak_stage]
+    stage = measured_stage(evaluation, run)
+    peak = evaluation.stages[stage]
     return MemoryResult(
         **{
             **base.__dict__,
-            "predicted_gib": evaluation.peak_bytes / GIB_BYTES,
+            "predicted_gib": peak.peak_bytes / GIB_BYTES,
             "fits": not any(v.rule is Rule.MEMORY for v in evaluation.violations),
             "other_violations": tuple(str(v) for v in evaluation.violations if v.rule is not Rule.MEMORY),
-            "peak_stage": evaluation.peak_stage,
+            "stage": stage,
             "breakdown_gib": {key: peak.memory_bytes[key] / GIB_BYTES for key in MEMORY_KEYS},
         }
     )
