@@ -206,11 +206,25 @@ BREAKDOWN_COLUMNS = {
 }
 
 
+def family_lines(results: list[MemoryResult]) -> list[str]:
+    """n, how many within the target, MAPE and signed mean error per family (source)."""
+    lines = [f"{'family':18s} {'n':>3s} {'within':>6s} {'MAPE':>6s} {'signed':>7s}"]
+    families = sorted({r.family for r in results if r.error is not None})
+    for family in families:
+        errors = [r.error for r in results if r.family == family and r.error is not None]
+        lines.append(
+            f"{family:18s} {len(errors):3d} {sum(abs(e) <= WITHIN_TARGET for e in errors):6d} "
+            f"{sum(abs(e) for e in errors) / len(errors):6.1%} {sum(errors) / len(errors):+7.1%}"
+        )
+    return lines
+
+
 def report_lines(results: list[MemoryResult]) -> list[str]:
+    width = max((len(r.record_id) for r in results), default=6)
     lines = [
         "Peak memory per GPU: predicted vs published measurement (GiB; error = predicted / measured - 1)",
         "",
-        f"{'record':44s} {'measures':15s} {'measured':>8s} {'predicted':>9s} {'error':>7s} {'fits':>4s}  "
+        f"{'record':{width}s} {'measures':15s} {'measured':>8s} {'predicted':>9s} {'error':>7s} {'fits':>4s}  "
         + " ".join(f"{name:>6s}" for name in BREAKDOWN_COLUMNS.values()),
     ]
     for r in results:
@@ -218,9 +232,10 @@ def report_lines(results: list[MemoryResult]) -> list[str]:
             continue
         parts = " ".join(f"{r.breakdown_gib.get(key, 0.0):6.1f}" for key in BREAKDOWN_COLUMNS)
         lines.append(
-            f"{r.record_id:44s} {r.measures:15s} {r.measured_gib:8.2f} {r.predicted_gib:9.2f} {r.error:+7.1%} "
+            f"{r.record_id:{width}s} {r.measures:15s} {r.measured_gib:8.2f} {r.predicted_gib:9.2f} {r.error:+7.1%} "
             f"{'yes' if r.fits else 'NO':>4s}  {parts}"
         )
+    lines += [""] + family_lines(results)
     summary = summarize(results)
     lines += [
         "",
