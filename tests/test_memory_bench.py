@@ -22,10 +22,10 @@ from bench.memory import (
     summarize,
 )
 
-# Today's result (bench/memory.py): 6 of 34 within 10%, MAPE 33.7%. Raise the floor and lower
+# Today's result (bench/memory.py): 7 of 37 within 10%, MAPE 32.2%. Raise the floor and lower
 # the ceiling as the memory model improves; never the other way.
-WITHIN_TARGET_FLOOR = 6
-MAPE_CEILING = 0.34
+WITHIN_TARGET_FLOOR = 7
+MAPE_CEILING = 0.33
 
 RECORD_FIELDS = ("id", "source", "where_in_source", "quoted", "measured_gib", "measures", "run")
 RUN_FIELDS = (
@@ -57,7 +57,7 @@ def test_every_record_is_sourced_and_quoted():
 
 
 def test_quoted_figure_is_the_measured_one():
-    """The figure in GiB is the quoted one: a GiB figure as printed, MiB / 1024, bytes / 2^30
+    """The figure in GiB is a number in the quote: as printed (GiB), MiB / 1024 or bytes / 2^30
     (to the 6 decimals kept), or a quoted percentage of the capacity the source converts it
     against."""
     for record in load_records():
@@ -67,11 +67,11 @@ def test_quoted_figure_is_the_measured_one():
             assert f"{percent:.2f}%" in quoted, (record["id"], quoted, percent)
             assert math.isclose(gib, percent / 100 * of_gib, abs_tol=1e-4), record["id"]
             continue
-        as_printed = f"{gib:.2f}".rstrip("0").rstrip(".")
-        as_mib = f"{round(gib * 1024)}"
         numbers = [float(word) for word in re.findall(r"\d+(?:\.\d+)?", quoted)]
+        as_gib = any(math.isclose(gib, n, abs_tol=1e-9) for n in numbers)
+        from_mib = any(math.isclose(gib, n / 1024, abs_tol=1e-6) for n in numbers)
         from_bytes = any(math.isclose(gib, n / 2**30, abs_tol=1e-6) for n in numbers if n > 2**30)
-        assert as_printed in quoted or as_mib in quoted or from_bytes, (record["id"], quoted, gib)
+        assert as_gib or from_mib or from_bytes, (record["id"], quoted, gib)
 
 
 def test_every_expressible_record_has_a_finite_prediction(results):
