@@ -18,18 +18,30 @@ from catalog.loader import (
     merge_gpu_overrides,
     node_cluster_entry,
 )
-from catalog.specs import cluster_spec_from_dict, get_cluster, get_gpu, get_model, get_stack_facts
+from catalog.specs import (
+    cluster_spec_from_dict,
+    error_band,
+    error_band_keys,
+    get_cluster,
+    get_gpu,
+    get_model,
+    get_stack_facts,
+    gpu_generation,
+)
 
 __all__ = [
     "CatalogError",
     "close_names",
     "default_stack_name",
+    "error_band",
+    "error_band_keys",
     "cluster_spec_from_dict",
     "get_cluster",
     "get_entry",
     "get_gpu",
     "get_model",
     "get_stack_facts",
+    "gpu_generation",
     "gpu_spec_from_dict",
     "list_entries",
     "merge_gpu_overrides",

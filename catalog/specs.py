@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import functools
+import json
 from typing import Any
 
 from catalog.conversion import cluster_spec_on_gpu, gpu_spec_from_dict, model_spec_from_dict, stack_training_facts
-from catalog.loader import CatalogError, default_stack_name, get_entry
+from catalog.loader import DATA_DIR, CatalogError, default_stack_name, get_entry
+from solver.cost.uncertainty import ErrorBand
 from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec, GpuSpec
 from solver.spec.model import ModelSpec
@@ -49,3 +52,27 @@ def get_stack_facts(name: str | None = None) -> dict[str, Any]:
     """The training facts of stack ``name`` (the default stack when None); CatalogError with close
     names for an unknown one."""
     return stack_training_facts(get_entry("stacks", name or default_stack_name()))
+
+
+def gpu_generation(gpu_name: str) -> str:
+    """'a100-sxm4-80gb' -> 'a100': the part, whatever its memory or form factor."""
+    return gpu_name.split("-")[0]
+
+
+def error_band_keys(stack: str, gpu_name: str) -> list[str]:
+    """The error-band groups a prediction may take its band from, most specific first: its stack
+    on its GPU generation, its stack, every measured run (data/error_bands.json)."""
+    return [f"{stack}/{gpu_generation(gpu_name)}", stack, "all"]
+
+
+@functools.lru_cache(maxsize=1)
+def _error_bands() -> dict[str, dict[str, Any]]:
+    return dict(json.loads((DATA_DIR / "error_bands.json").read_text())["bands"])
+
+
+def error_band(stack: str, gpu_name: str) -> ErrorBand:
+    """The band for predictions of ``stack`` on ``gpu_name`` (bench/error_bands.py builds them)."""
+    bands = _error_bands()
+    key = next(k for k in error_band_keys(stack, gpu_name) if k in bands)
+    band = bands[key]
+    return ErrorBand(band["low_ratio"], band["high_ratio"], key, band["runs"])

@@ -137,6 +137,23 @@ class MemoryBreakdown(BaseModel):
     reserve: float = Field(description="runtime reserve and allocator fragmentation, GiB")
 
 
+class PredictionRangeOut(BaseModel):
+    """Where the measured figures are expected to fall: the prediction scaled by the measured /
+    predicted ratios that held most bench runs of the same stack and GPU generation (``group``;
+    'all' when the bench has too few of them). How: docs/cost_model.md, Error bars."""
+
+    model_config = ConfigDict(extra="forbid", title="PredictionRange")
+
+    tokens_per_s_low: float
+    tokens_per_s_high: float
+    step_time_low_s: float
+    step_time_high_s: float
+    time_to_train_low_s: float | None
+    time_to_train_high_s: float | None
+    group: str = Field(description="the bench runs the band comes from: stack/gpu, stack, or all")
+    runs: int = Field(description="how many measured runs the band comes from")
+
+
 class PredictionOut(BaseModel):
     """Predicted speed of one configuration."""
 
@@ -151,6 +168,7 @@ class PredictionOut(BaseModel):
     hfu: float = Field(description="hardware FLOPs utilisation, a fraction of the peak")
     time_to_train_s: float | None = Field(description="time to train on train_tokens; null without train_tokens")
     breakdown_s: StepBreakdownOut
+    range: PredictionRangeOut | None = Field(None, description="error bars from measured runs; null in plans stored before them")
 
 
 class StagePeak(BaseModel):

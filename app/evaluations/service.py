@@ -11,6 +11,7 @@ from app.evaluations.schemas import EvaluationOut, EvaluationRequest, Training
 from app.profiles.service import measured_profile
 from catalog.conversion import STACK_FACTS
 from solver.cost.evaluate import evaluate
+from solver.cost.uncertainty import ErrorBand
 from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
 from solver.spec.parallel import parallel_from_dict
@@ -46,6 +47,12 @@ def training_spec(training: Training) -> TrainingSpec:
         raise from_spec_error(error, "body") from None
 
 
+def error_band(training: Training, cluster: ClusterSpec) -> ErrorBand:
+    """The range every prediction of this request carries: the bench residuals of its stack on
+    its GPU generation (catalog/data/error_bands.json)."""
+    return catalog.error_band(resolve_training(training).stack or catalog.default_stack_name(), cluster.gpu.name)
+
+
 def check_num_gpus(num_gpus: int | None, cluster: ClusterSpec) -> int:
     """The request's GPU count, defaulting to the whole cluster; more than it has is an error."""
     if num_gpus is None:
@@ -67,7 +74,10 @@ def evaluate_configuration(session: Session, body: EvaluationRequest) -> Evaluat
     num_gpus = check_num_gpus(body.num_gpus, resolved.cluster)
     try:
         parallel = parallel_from_dict(body.parallel.model_dump())
-        result = evaluate(resolved.model, resolved.cluster, training, parallel, num_gpus=num_gpus, profile=profile)
+        result = evaluate(
+            resolved.model, resolved.cluster, training, parallel, num_gpus=num_gpus, profile=profile,
+            error_band=error_band(body.training, resolved.cluster),
+        )
     except SpecError as error:
         raise from_spec_error(error, "body") from None
     return EvaluationOut.model_validate(result.to_dict())

@@ -23,7 +23,7 @@ from app.core.problems import Problem, from_spec_error, invalid_field, not_found
 from app.core.single_flight import SingleFlight
 from app.core.solver_pool import InlineSolver, SolverPool, SolverSaturated, SolverUnavailable
 from app.core.versions import Versions
-from app.evaluations.service import check_num_gpus, resolve_training, training_spec
+from app.evaluations.service import check_num_gpus, error_band, resolve_training, training_spec
 from app.plans import repository, schemas
 from app.plans.models import Plan, PlanCandidate
 from app.profiles.service import measured_profile
@@ -100,6 +100,7 @@ def _search_request(
             gpu_hour_price_usd=body.gpu_hour_price_usd,
             time_budget_s=time_budget_s,
             profile=profile,
+            error_band=error_band(body.training, resolved.cluster),
         )
     except SpecError as error:
         raise from_spec_error(error, "body") from None

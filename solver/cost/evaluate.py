@@ -11,7 +11,7 @@ each with its source. The steps: ``stage_costs`` (per stage, per micro-batch), `
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from solver.cost.derive import resolve_profile
 from solver.cost.flops import (
@@ -36,6 +36,7 @@ from solver.cost.stage import (
     stage_chunks,
     stage_cost,
 )
+from solver.cost.uncertainty import ErrorBand, prediction_range
 from solver.frameworks import framework_violations
 from solver.spec.errors import SpecError, check_in_range
 from solver.spec.hardware import ClusterSpec
@@ -81,6 +82,7 @@ def evaluate(
     framework: Framework = Framework.ANY,
     allow_tp_across_nodes: bool = True,
     max_memory_fraction: float = 1.0,
+    error_band: ErrorBand | None = None,
 ) -> Evaluation:
     """Predict one configuration. Raises SpecError when it is structurally illegal; returns an
     Evaluation with ``feasible=False`` and named violations when it is legal but does not fit
@@ -117,10 +119,16 @@ def evaluate(
         for stage, (layers, cost) in enumerate(zip(chunks, costs))
     )
     found = violations(reports, cluster, parallel, policy)
+    prediction = throughput(model, cluster, training, parallel, num_gpus, step_s, breakdown, recomputed_layers)
+    if error_band is not None:
+        prediction = replace(
+            prediction,
+            range=prediction_range(prediction.tokens_per_s, prediction.step_time_s, prediction.time_to_train_s, error_band),
+        )
     return Evaluation(
         feasible=not found,
         violations=tuple(found),
-        prediction=throughput(model, cluster, training, parallel, num_gpus, step_s, breakdown, recomputed_layers),
+        prediction=prediction,
         stages=reports,
         capacity_bytes=cluster.gpu.memory_bytes,
         peak_stage=max(range(parallel.pp_size), key=lambda i: reports[i].peak_bytes),

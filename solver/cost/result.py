@@ -9,6 +9,7 @@ import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 
+from solver.cost.uncertainty import PredictionRange
 from solver.spec.rules import Violation
 
 GIB_BYTES = 2**30
@@ -117,6 +118,7 @@ class Prediction:
     time_to_train_s: float | None
     breakdown_s: StepBreakdown
     samples_per_s: float = 0.0
+    range: PredictionRange | None = None  # from measured runs' residuals (solver.cost.uncertainty)
 
     def to_dict(self) -> dict:
         return {
@@ -129,6 +131,7 @@ class Prediction:
             "hfu": self.hfu,
             "time_to_train_s": self.time_to_train_s,
             "breakdown_s": {k: self.breakdown_s.get(k, 0.0) for k in BREAKDOWN_KEYS},
+            "range": self.range.to_dict() if self.range is not None else None,
         }
 
 

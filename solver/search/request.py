@@ -9,6 +9,7 @@ from typing import Any
 from solver.cost.evaluate import MEMORY_FRACTION_RANGE, evaluate
 from solver.cost.profile import ModelProfile
 from solver.cost.result import Evaluation
+from solver.cost.uncertainty import ErrorBand
 from solver.spec.dimensions import PINNABLE
 from solver.spec.errors import SpecError, check_in_range
 from solver.spec.hardware import ClusterSpec
@@ -122,6 +123,7 @@ class SearchRequest:
     gpu_hour_price_usd: float | None = None  # for MIN_COST; overrides the cluster's price
     time_budget_s: float = 30.0  # safety net; the search is deterministic within it
     profile: ModelProfile | None = None  # a measured profile to plan from
+    error_band: ErrorBand | None = None  # gives every prediction a range (solver.cost.uncertainty)
 
     def evaluate(self, parallel: ParallelConfig, num_gpus: int) -> Evaluation:
         """The evaluator's verdict on ``parallel`` on ``num_gpus`` GPUs, under this request's
@@ -129,7 +131,7 @@ class SearchRequest:
         c = self.constraints
         return evaluate(
             self.model, self.cluster, self.training, parallel, num_gpus, self.profile,
-            c.framework, c.allow_tp_across_nodes, c.max_memory_fraction,
+            c.framework, c.allow_tp_across_nodes, c.max_memory_fraction, self.error_band,
         )
 
 
