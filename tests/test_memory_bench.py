@@ -2,7 +2,7 @@
 
 The issue's target, every figure within 10%, is not met yet (the bench prints how far off each
 one is); these tests keep the data file honest and the result from degrading: a floor on the
-figures within 10% and a ceiling on the MAPE, each at today's value.
+figures within 10% at today's count and a loose ceiling on the MAPE.
 """
 
 from __future__ import annotations
