@@ -2,15 +2,15 @@
 
 Run: ``.venv/bin/python bench/memory.py`` (or ``make bench``). For every record of
 bench/data/published_memory.json it builds the solver inputs from the record's ``run`` (catalog
-model, node and GPU, the published split), evaluates them through the public solver API and
-prints the predicted peak of the GPU the figure is about (the record's ``stage``: Megatron-LM logs
-its last rank; otherwise the largest stage, as the other sources report their largest GPU)
-against the measured figure, with the signed error
-(predicted / measured - 1: positive = the model predicts more memory than was measured), the
-memory verdict on the capacity of the GPU that ran it (every run here did run, so "NO" is a false
-out-of-memory) and the predicted breakdown; rules other than memory that the planner says the
-published split breaks are listed under the table. Then a summary: n, how many are within the 10% target, MAPE, signed mean and worst,
-and the records the planner cannot express, each with its reason. It is a report: it exits 0.
+model or the record's model shape, node and GPU, the published split), evaluates them through the
+public solver API and prints the predicted peak of the GPU the figure is about (the record's
+``stage``: Megatron-LM logs its last rank; otherwise the largest stage, as the other sources
+report their largest GPU) against the measured figure, with the signed error (predicted /
+measured - 1: positive = the model predicts more memory than was measured), the memory verdict on
+the capacity of the GPU that ran it (every run here did run, so "NO" is a false out-of-memory) and
+the predicted breakdown. Under the table: n, within 10%, MAPE and signed mean per family, the
+summary, the rules other than memory the planner says a published split breaks, and the records
+it cannot express, each with its reason. It is a report: it exits 0.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,25 +152,23 @@ def evaluate_record(record: dict) -> MemoryResult:
     base = MemoryResult(record["id"], record.get("family", ""), record["measures"], float(record["measured_gib"]))
     why = not_expressible(record)
     if why:
-        return MemoryResult(**{**base.__dict__, "skipped": why})
+        return replace(base, skipped=why)
     run = record["run"]
     try:
         evaluation = evaluate(
             model_for(run), cluster_for(run), training_for(run), parallel_for(run), num_gpus=run["num_gpus"]
         )
     except SpecError as err:
-        return MemoryResult(**{**base.__dict__, "skipped": f"the planner rejects the published split: {err}"})
+        return replace(base, skipped=f"the planner rejects the published split: {err}")
     stage = measured_stage(evaluation, run)
     peak = evaluation.stages[stage]
-    return MemoryResult(
-        **{
-            **base.__dict__,
-            "predicted_gib": peak.peak_bytes / GIB_BYTES,
-            "fits": not any(v.rule is Rule.MEMORY for v in evaluation.violations),
-            "other_violations": tuple(str(v) for v in evaluation.violations if v.rule is not Rule.MEMORY),
-            "stage": stage,
-            "breakdown_gib": {key: peak.memory_bytes[key] / GIB_BYTES for key in MEMORY_KEYS},
-        }
+    return replace(
+        base,
+        predicted_gib=peak.peak_bytes / GIB_BYTES,
+        fits=not any(v.rule is Rule.MEMORY for v in evaluation.violations),
+        other_violations=tuple(str(v) for v in evaluation.violations if v.rule is not Rule.MEMORY),
+        stage=stage,
+        breakdown_gib={key: peak.memory_bytes[key] / GIB_BYTES for key in MEMORY_KEYS},
     )
 
 
