@@ -65,3 +65,23 @@ def test_sweep_with_bad_input_is_a_problem_naming_the_field():
     assert (code, out) == (2, "")
     problem = json.loads(err)
     assert problem["status"] == 422 and problem["errors"][0]["field"] == "body.num_gpus"
+
+
+def test_the_readme_sweep_and_sizing_examples_are_valid_requests():
+    import re
+    from pathlib import Path
+
+    from app.sizing.schemas import SizingRequest
+    from app.sweeps.schemas import SweepRequest
+    from app.sweeps.service import grid_axis
+    from solver.sweep.grid import expand
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    pattern = r"curl -s http://127\.0\.0\.1:8000/v1/(sweeps|sizing) -H 'content-type: application/json' -d '(\{.*?\})'"
+    examples = dict(re.findall(pattern, text, flags=re.DOTALL))
+    assert set(examples) == {"sweeps", "sizing"}
+    sweep = SweepRequest.model_validate_json(examples["sweeps"])
+    clusters = sweep.cluster if isinstance(sweep.cluster, list) else [sweep.cluster]
+    assert len(expand(clusters, grid_axis(sweep.num_gpus), grid_axis(sweep.training.global_batch_size))) == 12
+    sizing = SizingRequest.model_validate_json(examples["sizing"])
+    assert sizing.budget is not None and sizing.budget.deadline_s == 30 * 86400

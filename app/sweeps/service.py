@@ -52,7 +52,7 @@ class _Task:
     note: str | None
 
 
-def _axis(value: int | list[int] | schemas.SweepRange) -> int | list[int] | GridRange:
+def grid_axis(value: int | list[int] | schemas.SweepRange) -> int | list[int] | GridRange:
     if isinstance(value, schemas.SweepRange):
         return GridRange(value.min, value.max, value.step, value.factor)
     return value
@@ -66,7 +66,7 @@ def _grid(body: schemas.SweepRequest) -> list[GridPoint]:
     if body.constraints.model_dump(exclude_none=True).get("num_gpus") is not None:
         raise invalid_field("body.constraints.num_gpus", "a sweep sets num_gpus per point; give it as the num_gpus axis")
     try:
-        return expand(_clusters(body), _axis(body.num_gpus), _axis(body.training.global_batch_size))
+        return expand(_clusters(body), grid_axis(body.num_gpus), grid_axis(body.training.global_batch_size))
     except SpecError as error:
         raise from_spec_error(error, "body") from None
 
