@@ -36,6 +36,7 @@ lint: install-dev
 bench: install
 	$(BIN)/python bench/accuracy.py
 	$(BIN)/python bench/error_bands.py
+	$(BIN)/python bench/vtrain_single.py
 	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/plan_quality.py

@@ -47,7 +47,7 @@ CLUSTER_OPTIONAL = (
 # What a software stack sets (data/stacks.json "facts"): TrainingSpec fields, by name.
 STACK_FACTS = (
     "flash_attention", "fused_kernels", "overlap_grad_reduce", "zero3_collectives", "zero3_overlap",
-    "tp_comm_overlap", "overlap_p2p_comm",
+    "tp_comm_overlap", "overlap_p2p_comm", "host_s_per_layer",
 )
 
 MODEL_FIELDS = (

@@ -317,6 +317,7 @@ class StackFacts(BaseModel):
     zero3_overlap: bool
     tp_comm_overlap: bool
     overlap_p2p_comm: bool
+    host_s_per_layer: float = Field(description="host time per transformer layer and forward pass, s (0: not measured)")
 
 
 class StackFactSources(BaseModel):
@@ -331,6 +332,7 @@ class StackFactSources(BaseModel):
     zero3_overlap: str
     tp_comm_overlap: str
     overlap_p2p_comm: str
+    host_s_per_layer: str
 
 
 class StackEntry(BaseModel):

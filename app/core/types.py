@@ -57,5 +57,6 @@ LinkGbytesPerS = _in_range(*hardware.LINK_BYTES_PER_S_RANGE, scale=1e9)
 LatencyUs = _in_range(*hardware.LATENCY_S_RANGE, scale=1e-6)
 PriceUsd = _in_range(*hardware.GPU_HOUR_PRICE_USD_RANGE)
 TrainTokens = Annotated[float, Field(strict=True, gt=0, le=training.TRAIN_TOKENS_MAX, allow_inf_nan=False)]
+HostSeconds = Annotated[float, Field(strict=True, ge=0, le=training.HOST_S_PER_LAYER_MAX, allow_inf_nan=False)]
 MemoryFraction = _in_range(*evaluate.MEMORY_FRACTION_RANGE)
 DeadlineS = _in_range(*request.DEADLINE_S_RANGE)

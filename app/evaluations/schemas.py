@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from app.catalog.schemas import ClusterSpecIn, ModelSpecIn
 from app.core.dimensions import parallel_fields
-from app.core.types import LIST_MAX_ITEMS, Flag, NonNegativeInt, PositiveInt, Reference, Size, TrainTokens, not_given
+from app.core.types import LIST_MAX_ITEMS, Flag, HostSeconds, NonNegativeInt, PositiveInt, Reference, Size, TrainTokens, not_given
 
 
 class Training(BaseModel):
@@ -51,6 +51,9 @@ class Training(BaseModel):
     zero3_overlap: Flag | None = Field(None, description="ZeRO-3 gathers prefetched beside compute; null: the stack's")
     tp_comm_overlap: Flag | None = Field(None, description="TP collectives overlapped inside the GEMMs (TE userbuffers); null: the stack's")
     overlap_p2p_comm: Flag | None = Field(None, description="interleaved pipeline p2p overlapped with compute; null: the stack's")
+    host_s_per_layer: HostSeconds | None = Field(
+        None, description="framework host time per transformer layer and forward pass, s (a layer takes the longer of it and its GPU work); null: the stack's"
+    )
 
 
 Parallel = create_model(

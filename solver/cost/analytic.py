@@ -180,6 +180,9 @@ def _layer_profile(
         + attention_backward_s
         + fp8_backward_s
     )
+    # The framework's host work per layer runs ahead of the GPU: a layer takes the longer of the two.
+    forward_s = max(forward_s, training.host_s_per_layer)
+    backward_s = max(backward_s, BACKWARD_TO_FORWARD * training.host_s_per_layer)
     selective_recompute_s = 0.0 if flash else attention_forward_s + score_elementwise_s
 
     # 2 all-reduces forward + 2 backward of the b*s*h activation (or the same volume as

@@ -10,6 +10,8 @@ from solver.spec.errors import SpecError, check_positive_int
 # A token budget up to 1e18 (about 60,000 times Llama 3's 15T): beyond it a time to train
 # overflows a float on the slowest hardware the specs admit.
 TRAIN_TOKENS_MAX = 1e18
+# Host time per layer and forward pass: up to a second (three orders above any measured stack).
+HOST_S_PER_LAYER_MAX = 1.0
 
 
 class Precision(str, Enum):
@@ -95,6 +97,7 @@ class TrainingSpec:
     zero3_overlap: bool = True
     tp_comm_overlap: bool = False
     overlap_p2p_comm: bool = False
+    host_s_per_layer: float = 0.0
 
     def __post_init__(self) -> None:
         check_positive_int("training.global_batch_size", self.global_batch_size)
@@ -102,6 +105,8 @@ class TrainingSpec:
         object.__setattr__(self, "precision", Precision(self.precision))
         object.__setattr__(self, "optimizer", OptimizerKind(self.optimizer))
         object.__setattr__(self, "zero3_collectives", Zero3Collectives(self.zero3_collectives))
+        if not 0.0 <= self.host_s_per_layer <= HOST_S_PER_LAYER_MAX:
+            raise SpecError("training.host_s_per_layer", f"must be between 0 and {HOST_S_PER_LAYER_MAX:g} s, got {self.host_s_per_layer!r}")
         if self.train_tokens is not None and not 0 < self.train_tokens <= TRAIN_TOKENS_MAX:
             raise SpecError("training.train_tokens", f"must be positive and at most {TRAIN_TOKENS_MAX:g}, got {self.train_tokens!r}")
 
