@@ -36,6 +36,8 @@ EXIT_INVALID_INPUT = 2
 # 5 s, the old Retry-After: clients that waited as told met a reset connection).
 KEEP_ALIVE_S = RETRY_AFTER_MAX_S + 15
 EXIT_FAILURE = 1
+# Sweeps with at least this many points plan in a solver pool (about 1 s to start on 2 cores).
+SWEEP_POOL_MIN_POINTS = 8
 
 
 def _write_json(stream: IO[str], document: Any) -> None:
@@ -149,7 +151,7 @@ def _command_sweep(args: argparse.Namespace, settings: Settings, out: IO[str], s
     from sqlalchemy.orm import sessionmaker
 
     from app.core.metrics import Metrics
-    from app.core.solver_pool import InlineSolver
+    from app.core.solver_pool import InlineSolver, SolverPool
     from app.core.versions import current_versions
     from app.sweeps import service
     from app.sweeps.schemas import SweepRequest
@@ -157,15 +159,23 @@ def _command_sweep(args: argparse.Namespace, settings: Settings, out: IO[str], s
     from solver.sweep.chart import pareto_chart, scaling_chart
 
     body = _parse(SweepRequest, _read_body(args.file, stdin))
-    with _database(settings, args.db) as (settings, session):
-        points = sessionmaker(bind=session.get_bind(), expire_on_commit=False, autoflush=False)
-        document = service.create_sweep(session, points, InlineSolver(), Metrics(), settings, current_versions(), body)
-        session.commit()
-        if args.charts is not None:
-            args.charts.mkdir(parents=True, exist_ok=True)
-            analysis, results = service.analysis_of(document)
-            (args.charts / "scaling.svg").write_text(scaling_chart(analysis, service.model_name(document)))
-            (args.charts / "pareto.svg").write_text(pareto_chart(results, document.pareto_front, service.model_name(document)))
+    # Many points are planned in PARTITURA_SOLVER_WORKERS processes, as the API does; a few are
+    # planned here (starting the processes would cost more than they save).
+    pool: SolverPool | InlineSolver = InlineSolver()
+    if service.point_count(body) >= SWEEP_POOL_MIN_POINTS:
+        pool = SolverPool(settings.solver_workers, settings.solver_queue_depth, settings.retry_after_s)
+    try:
+        with _database(settings, args.db) as (settings, session):
+            points = sessionmaker(bind=session.get_bind(), expire_on_commit=False, autoflush=False)
+            document = service.create_sweep(session, points, pool, Metrics(), settings, current_versions(), body)
+            session.commit()
+    finally:
+        pool.shutdown()
+    if args.charts is not None:
+        args.charts.mkdir(parents=True, exist_ok=True)
+        analysis, results = service.analysis_of(document)
+        (args.charts / "scaling.svg").write_text(scaling_chart(analysis, service.model_name(document)))
+        (args.charts / "pareto.svg").write_text(pareto_chart(results, document.pareto_front, service.model_name(document)))
     if args.json:
         _write_json(out, document.model_dump(mode="json"))
     else:

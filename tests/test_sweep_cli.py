@@ -85,3 +85,18 @@ def test_the_readme_sweep_and_sizing_examples_are_valid_requests():
     assert len(expand(clusters, grid_axis(sweep.num_gpus), grid_axis(sweep.training.global_batch_size))) == 12
     sizing = SizingRequest.model_validate_json(examples["sizing"])
     assert sizing.budget is not None and sizing.budget.deadline_s == 30 * 86400
+
+
+def test_a_larger_sweep_plans_in_solver_processes_with_the_same_results():
+    assert cli.SWEEP_POOL_MIN_POINTS == 8
+    body = {**SWEEP, "cluster": ["dgx-h100-x1", "dgx-a100-80gb"], "num_gpus": [1, 2, 4, 8]}
+    code, out, err = run(["sweep", "-", "--json"], stdin=json.dumps(body))
+    assert (code, err) == (0, "")
+    pooled = json.loads(out)["points"]
+    assert len(pooled) == 8 and all(p["status"] == "succeeded" for p in pooled)
+    # The first cluster's four points alone stay under the threshold: planned in this process.
+    code, out, _ = run(["sweep", "-", "--json"], stdin=json.dumps({**body, "cluster": "dgx-h100-x1"}))
+    inline = json.loads(out)["points"]
+    assert [(p["num_gpus"], p["parallel"], p["step_time_s"]) for p in inline] == [
+        (p["num_gpus"], p["parallel"], p["step_time_s"]) for p in pooled[:4]
+    ]

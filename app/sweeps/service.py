@@ -71,6 +71,11 @@ def _grid(body: schemas.SweepRequest) -> list[GridPoint]:
         raise from_spec_error(error, "body") from None
 
 
+def point_count(body: schemas.SweepRequest) -> int:
+    """How many points the sweep has (a 422 naming the field if its axes are malformed)."""
+    return len(_grid(body))
+
+
 def _node_names() -> set[str]:
     return {entry["name"] for entry in catalog.list_entries("nodes")}
 
@@ -181,8 +186,13 @@ def _plan_all(
     workers = max(1, min(getattr(pool, "workers", 1), len(tasks)))
     if workers == 1:
         return [plan(task) for task in tasks]
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="partitura-sweep") as executor:
-        return list(executor.map(plan, tasks))
+    executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="partitura-sweep")
+    try:
+        futures = [executor.submit(plan, task) for task in tasks]
+        return [future.result() for future in futures]
+    finally:
+        # After an error the points not yet started are dropped, not planned for nothing.
+        executor.shutdown(wait=True, cancel_futures=True)
 
 
 def _point_result(task: _Task, plan: Plan | None, price: _Price) -> PointResult:
