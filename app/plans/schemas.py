@@ -342,8 +342,9 @@ class ExportFile(BaseModel):
 
 
 class ExportPrediction(BaseModel):
-    """The exported configuration as the cost model predicts it: the plan's own prediction
-    when the export is exact, else the nearest configuration evaluated afresh."""
+    """What the export's files run as the cost model predicts it, evaluated afresh with that
+    framework's mechanics (so an exact DeepSpeed export may differ from a plan searched for any
+    framework) and judged by that framework's own rules."""
 
     model_config = ConfigDict(extra="forbid")
 

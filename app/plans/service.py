@@ -30,14 +30,21 @@ from app.profiles.service import measured_profile
 from catalog.conversion import cluster_spec_on_gpu, gpu_spec_from_dict, model_spec_from_dict
 from solver.cost.evaluate import evaluate
 from solver.cost.profile import ModelProfile
-from solver.frameworks import ExportFormat, PlanToExport, export_plan
+from solver.frameworks import (
+    FRAMEWORK_RULES,
+    Export,
+    ExportFormat,
+    PlanToExport,
+    export_mechanics,
+    export_plan,
+    export_violations,
+)
 from solver.io.profile_format import parse_profile_document, profile_document
 from solver.search.loop import search
 from solver.search.request import Constraints, Objective, SearchRequest
 from solver.spec.errors import SpecError
 from solver.spec.model import ModelSpec
-from solver.spec.parallel import ParallelConfig, parallel_from_dict, parallel_to_dict
-from solver.spec.training import TrainingSpec
+from solver.spec.parallel import parallel_from_dict, parallel_to_dict
 
 MAX_PAGE_SIZE = 100
 
@@ -330,13 +337,7 @@ def export_candidate(session: Session, plan_id: str, export_format: str, candida
     parallel = parallel_from_dict(chosen.parallel.model_dump())
     training = training_spec(document.request.training)
     export = export_plan(PlanToExport(model, training, parallel, cluster_entry["gpus_per_node"]), ExportFormat(export_format))
-    if export.exact:
-        prediction = schemas.ExportPrediction(
-            feasible=chosen.feasible, violations=chosen.violations, step_time_s=chosen.prediction.step_time_s,
-            tokens_per_s=chosen.prediction.tokens_per_s, peak_memory_gib=chosen.memory.peak_gib,
-        )
-    else:
-        prediction = _exported_prediction(snapshot, model, cluster_entry, export.parallel, export.training)
+    prediction = _exported_prediction(snapshot, model, cluster_entry, export, ExportFormat(export_format))
     return schemas.PlanExport.model_validate({
         "plan_id": plan.id,
         "candidate": candidate,
@@ -351,10 +352,11 @@ def export_candidate(session: Session, plan_id: str, export_format: str, candida
 
 
 def _exported_prediction(
-    snapshot: dict[str, Any], model: ModelSpec, cluster_entry: dict[str, Any], parallel: ParallelConfig, training: TrainingSpec,
+    snapshot: dict[str, Any], model: ModelSpec, cluster_entry: dict[str, Any], export: Export, export_format: ExportFormat,
 ) -> schemas.ExportPrediction | None:
-    """The nearest exact configuration evaluated on the plan's own snapshot (GPU, cluster and
-    measured profile as planned)."""
+    """What the export's files run, evaluated on the plan's own snapshot (GPU, cluster and
+    measured profile as planned) with its framework's mechanics, and judged by that framework's
+    own rules instead of the 'any' ones."""
     cluster = cluster_spec_on_gpu(cluster_entry, gpu_spec_from_dict(snapshot["gpu"]["entry"]))
     profile = None
     if "profile" in snapshot:
@@ -362,10 +364,15 @@ def _exported_prediction(
             profile = parse_profile_document(snapshot["profile"]["document"]).profile
         except SpecError:
             return None
-    result = evaluate(model, cluster, training, parallel, num_gpus=parallel.num_gpus, profile=profile)
+    parallel = export.parallel
+    result = evaluate(
+        model, cluster, export.training, parallel, num_gpus=parallel.num_gpus, profile=profile,
+        framework=export_mechanics(export_format),
+    )
+    violations = [v for v in result.violations if v.rule not in FRAMEWORK_RULES] + export_violations(parallel, export_format)
     out = result.to_dict()
     return schemas.ExportPrediction(
-        feasible=out["feasible"], violations=[str(v) for v in out["violations"]],
+        feasible=not violations, violations=[str(v) for v in violations],
         step_time_s=out["prediction"]["step_time_s"], tokens_per_s=out["prediction"]["tokens_per_s"],
         peak_memory_gib=out["memory"]["peak_gib"],
     )

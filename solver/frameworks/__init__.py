@@ -3,7 +3,8 @@ framework (``megatron``, ``deepspeed``, ``fsdp``, ``torchtitan``, ``nemo``), eac
 as ``violations(parallel)`` and, where a plan can be exported to it, ``export(plan)``.
 ``framework_violations`` asks the one a request names. 'any' accepts what at least one of them
 runs, which rules out only ZeRO-2/3 with pipeline parallelism (no framework here runs it).
-``export_plan`` writes a plan in a framework's launch config (see ``solver.frameworks.export``)."""
+``export_plan`` writes a plan in a framework's launch config (see ``solver.frameworks.export``);
+``export_violations`` and ``export_mechanics`` say how to judge what an export runs."""
 
 from __future__ import annotations
 
@@ -12,10 +13,16 @@ from collections.abc import Callable
 from solver.frameworks import deepspeed, fsdp, megatron, nemo, torchtitan
 from solver.frameworks.export import Difference, Export, ExportFormat, LaunchFile, PlanToExport
 from solver.spec.parallel import ParallelConfig
-from solver.spec.rules import Violation
+from solver.spec.rules import Rule, Violation
 from solver.spec.training import Framework
 
-__all__ = ["Difference", "Export", "ExportFormat", "LaunchFile", "PlanToExport", "export_plan", "framework_violations"]
+__all__ = [
+    "FRAMEWORK_RULES", "Difference", "Export", "ExportFormat", "LaunchFile", "PlanToExport", "export_mechanics",
+    "export_plan", "export_violations", "framework_violations",
+]
+
+# The rules a framework itself sets (as opposed to structure, placement or memory).
+FRAMEWORK_RULES = frozenset({Rule.ZERO_WITH_PP, Rule.FRAMEWORK_ZERO, Rule.FRAMEWORK_PP})
 
 _RULES = {
     Framework.ANY: deepspeed.violations,
@@ -31,6 +38,22 @@ _EXPORTS: dict[ExportFormat, Callable[[PlanToExport], Export]] = {
     ExportFormat.NEMO: nemo.export,
 }
 
+_EXPORT_RULES: dict[ExportFormat, Callable[[ParallelConfig], list[Violation]]] = {
+    ExportFormat.MEGATRON: megatron.violations,
+    ExportFormat.DEEPSPEED: deepspeed.violations,
+    ExportFormat.TORCHTITAN: torchtitan.violations,
+    ExportFormat.NEMO: nemo.violations,
+}
+
+# Whose mechanics the cost model applies to an export: NeMo trains through megatron-core, and
+# torchtitan has no framework of its own there ('any').
+_MECHANICS = {
+    ExportFormat.MEGATRON: Framework.MEGATRON,
+    ExportFormat.DEEPSPEED: Framework.DEEPSPEED,
+    ExportFormat.TORCHTITAN: Framework.ANY,
+    ExportFormat.NEMO: Framework.MEGATRON,
+}
+
 
 def framework_violations(parallel: ParallelConfig, framework: Framework) -> list[Violation]:
     """What ``framework`` cannot run of ``parallel`` (empty when it can)."""
@@ -41,3 +64,14 @@ def export_plan(plan: PlanToExport, export_format: ExportFormat) -> Export:
     """``plan`` as ``export_format``'s launch config: exact, or the nearest configuration the
     framework runs exactly with every difference named."""
     return _EXPORTS[ExportFormat(export_format)](plan)
+
+
+def export_violations(parallel: ParallelConfig, export_format: ExportFormat) -> list[Violation]:
+    """What ``export_format``'s own rules refuse of ``parallel`` (empty for what an export runs).
+    Judge an export by these, not by the 'any' rules: torchtitan runs ZeRO-2/3 with pipelines."""
+    return _EXPORT_RULES[ExportFormat(export_format)](parallel)
+
+
+def export_mechanics(export_format: ExportFormat) -> Framework:
+    """The framework whose mechanics the cost model applies to what ``export_format`` runs."""
+    return _MECHANICS[ExportFormat(export_format)]
