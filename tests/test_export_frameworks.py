@@ -52,7 +52,7 @@ from solver.frameworks import ExportFormat, PlanToExport, export_plan
 from solver.frameworks.deepspeed import pipeline_split
 from solver.frameworks.export import full_recompute_counts
 from solver.spec.model import MlpActivation, ModelSpec, PositionEmbedding
-from solver.spec.parallel import ParallelConfig
+from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.training import Precision, Recompute, TrainingSpec, ZeroStage
 
 GPT = ModelSpec("gpt-24l", num_layers=24, hidden_size=2048, num_attention_heads=16, vocab_size=50257, seq_length=2048)
@@ -63,6 +63,7 @@ LLAMA = ModelSpec(
 )
 GPT_TRAINING = TrainingSpec(global_batch_size=512, seq_length=2048)
 LLAMA_FP8 = TrainingSpec(global_batch_size=256, seq_length=4096, precision=Precision.FP8)
+LLAMA_LONG = TrainingSpec(global_batch_size=64, seq_length=16384)
 
 # The plan shapes every export is tested on (8 GPUs per node).
 SHAPES = {
@@ -81,13 +82,17 @@ SHAPES = {
     "block_recompute": PlanToExport(GPT, GPT_TRAINING, ParallelConfig(
         dp_size=2, tp_size=2, pp_size=4, zero_stage=ZeroStage.OS, micro_batch_size=2, recompute=Recompute.FULL,
         sequence_parallel=True, full_recompute_layers=(3, 3, 3, 3)), 8),
+    # 16K-token sequences split over 2 context-parallel ranks (16 GPUs).
+    "context_parallel": PlanToExport(LLAMA, LLAMA_LONG, ParallelConfig(
+        dp_size=2, tp_size=2, pp_size=2, cp_size=2, zero_stage=ZeroStage.OS, micro_batch_size=1,
+        sequence_parallel=True), 8),
 }
 
 # What each framework changes of each shape (the fields named by the export's differences).
 EXPECTED_DIFFERENCES = {
     ExportFormat.MEGATRON: {
         "pp1": [], "uneven_stages": [], "interleaved": [], "zero3": ["parallel.zero_stage"],
-        "per_stage_recompute": ["parallel.full_recompute_layers"], "block_recompute": [],
+        "per_stage_recompute": ["parallel.full_recompute_layers"], "block_recompute": [], "context_parallel": [],
     },
     ExportFormat.DEEPSPEED: {
         "pp1": [],
@@ -96,6 +101,7 @@ EXPECTED_DIFFERENCES = {
         "zero3": [],
         "per_stage_recompute": ["parallel.full_recompute_layers", "training.overlap_grad_reduce"],
         "block_recompute": ["parallel.full_recompute_layers", "training.overlap_grad_reduce"],
+        "context_parallel": ["parallel.cp_size", "parallel.dp_size", "training.overlap_grad_reduce"],
     },
     ExportFormat.TORCHTITAN: {
         "pp1": ["parallel.zero_stage"],
@@ -104,10 +110,11 @@ EXPECTED_DIFFERENCES = {
         "zero3": [],
         "per_stage_recompute": ["parallel.zero_stage", "parallel.recompute"],
         "block_recompute": ["parallel.zero_stage", "parallel.recompute"],
+        "context_parallel": ["parallel.zero_stage"],
     },
     ExportFormat.NEMO: {
         "pp1": [], "uneven_stages": [], "interleaved": [], "zero3": ["parallel.zero_stage"],
-        "per_stage_recompute": ["parallel.full_recompute_layers"], "block_recompute": [],
+        "per_stage_recompute": ["parallel.full_recompute_layers"], "block_recompute": [], "context_parallel": [],
     },
 }
 
@@ -212,7 +219,9 @@ def megatron_configs(export, plan: PlanToExport):
         overlap_grad_reduce="--overlap-grad-reduce" in flags,
         overlap_param_gather="--overlap-param-gather" in flags,
     )
-    dp_size = num_gpus // (config.tensor_model_parallel_size * config.pipeline_model_parallel_size)
+    # megatron-core's data-parallel size: the world over tp x pp x cp (parallel_state).
+    model_parallel = config.tensor_model_parallel_size * config.pipeline_model_parallel_size * config.context_parallel_size
+    dp_size = num_gpus // model_parallel
     batches = ConstantNumMicroBatchesCalculator(int(flags["--global-batch-size"]), int(flags["--micro-batch-size"]), dp_size, False, 0)
     return config, ddp, batches, dp_size
 
@@ -223,8 +232,8 @@ def test_megatron_core_reads_the_megatron_export(shape):
     export = export_plan(plan, ExportFormat.MEGATRON)
     config, ddp, batches, dp_size = megatron_configs(export, plan)
     exported = export.parallel
-    assert (dp_size, config.tensor_model_parallel_size, config.pipeline_model_parallel_size) == (
-        exported.dp_size, exported.tp_size, exported.pp_size)
+    assert (dp_size, config.tensor_model_parallel_size, config.pipeline_model_parallel_size, config.context_parallel_size) == (
+        exported.dp_size, exported.tp_size, exported.pp_size, exported.cp_size)
     assert batches.num_micro_batches == plan.num_micro_batches
     assert config.sequence_parallel is (exported.sequence_parallel and exported.tp_size > 1)
     assert ddp.use_distributed_optimizer is (exported.zero_stage == ZeroStage.OS)
@@ -286,8 +295,10 @@ def test_deepspeed_reads_the_deepspeed_export(shape, monkeypatch):
     monkeypatch.setattr(deepspeed_config_module.dist, "get_rank", lambda *args, **kwargs: 0)
     config = DeepSpeedConfig(json.loads(_file(export, "ds_config.json").text), mpu=_DataParallelGroup(exported.dp_size))
     assert config.world_size == exported.dp_size
+    assert exported.cp_size == 1 and exported.num_gpus == plan.num_gpus
     assert (config.train_batch_size, config.train_micro_batch_size_per_gpu, config.gradient_accumulation_steps) == (
-        plan.training.global_batch_size, exported.micro_batch_size, plan.num_micro_batches)
+        export.training.global_batch_size, exported.micro_batch_size,
+        micro_batch_count(export.training.global_batch_size, exported.dp_size, exported.micro_batch_size))
     assert config.zero_optimization_stage == int(exported.zero_stage)
     assert config.zero_config.overlap_comm is export.training.overlap_grad_reduce
     assert config.bfloat16_config.enabled is (export.training.precision is not Precision.FP16)
@@ -346,7 +357,8 @@ def test_torchtitan_reads_the_torchtitan_export(shape, tmp_path):
         dp_replicate=p.data_parallel_replicate_degree, dp_shard=p.data_parallel_shard_degree, cp=p.context_parallel_degree,
         tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree, ep=1, etp=1, world_size=plan.num_gpus,
     )
-    assert (dims.dp_replicate * dims.dp_shard, dims.tp, dims.pp) == (exported.dp_size, exported.tp_size, exported.pp_size)
+    assert (dims.dp_replicate * dims.dp_shard, dims.tp, dims.pp, dims.cp) == (
+        exported.dp_size, exported.tp_size, exported.pp_size, exported.cp_size)
     sharded = exported.zero_stage >= ZeroStage.OS_G
     assert dims.dp_shard == (exported.dp_size if sharded else 1)
     assert p.fsdp_reshard_after_forward == ("always" if exported.zero_stage == ZeroStage.OS_G_P else "never")
@@ -408,9 +420,10 @@ def test_nemo_overrides_use_nemo_names_and_megatron_core_reads_them(shape):
     core = {k: v for k, v in model.items() if k in CORE_FIELDS and k not in ("fp8", "activation", "normalization") and v is not None}
     core.update({k: v for k, v in _nemo_recompute(model).items() if v is not None})
     config = TransformerConfig(**core, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16, bf16=True)
-    assert (config.tensor_model_parallel_size, config.pipeline_model_parallel_size) == (exported.tp_size, exported.pp_size)
+    assert (config.tensor_model_parallel_size, config.pipeline_model_parallel_size, config.context_parallel_size) == (
+        exported.tp_size, exported.pp_size, exported.cp_size)
     assert (config.virtual_pipeline_model_parallel_size or 1) == exported.virtual_stages
-    dp_size = plan.num_gpus // (exported.tp_size * exported.pp_size)
+    dp_size = plan.num_gpus // (exported.tp_size * exported.pp_size * exported.cp_size)
     batches = ConstantNumMicroBatchesCalculator(model["global_batch_size"], model["micro_batch_size"], dp_size, False, 0)
     assert batches.num_micro_batches == plan.num_micro_batches
     assert model["optim"]["name"] == ("distributed_fused_adam" if exported.zero_stage == ZeroStage.OS else "fused_adam")

@@ -58,7 +58,7 @@ class Training(BaseModel):
 
 Parallel = create_model(
     "Parallel",
-    __doc__="One way to split the job: data x tensor x pipeline parallel degrees and memory savers.",
+    __doc__="One way to split the job: data x tensor x pipeline x context parallel degrees and memory savers.",
     __config__=ConfigDict(
         extra="forbid",
         json_schema_extra={
@@ -118,7 +118,7 @@ class StepBreakdownOut(BaseModel):
 
     compute_s: float = Field(description="forward + backward of all micro-batches on the slowest stage")
     recompute_s: float = Field(description="extra forward work of activation recomputation")
-    tp_comm_s: float = Field(description="tensor / sequence parallel collectives")
+    tp_comm_s: float = Field(description="tensor / sequence parallel collectives and the exposed context-parallel ring exchange")
     pp_comm_s: float = Field(description="pipeline point-to-point sends on the critical path")
     dp_comm_exposed_s: float = Field(description="data-parallel gradient sync and ZeRO gathers not hidden by compute")
     grad_accumulation_s: float = Field(description="adding each micro-batch's gradients into the fp32 buffer")

@@ -65,7 +65,7 @@ def check_num_gpus(num_gpus: int | None, cluster: ClusterSpec) -> int:
 
 
 def evaluate_configuration(session: Session, body: EvaluationRequest) -> EvaluationOut:
-    parallel_gpus = body.parallel.dp_size * body.parallel.tp_size * body.parallel.pp_size
+    parallel_gpus = body.parallel.dp_size * body.parallel.tp_size * body.parallel.pp_size * body.parallel.cp_size
     resolved = resolve(session, body.model, body.cluster, body.num_gpus or parallel_gpus)
     profile = measured_profile(session, body.profile_id, resolved.model).profile if body.profile_id else None
     # The read is over: release the connection (and SQLite's lock) before computing.

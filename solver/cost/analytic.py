@@ -11,6 +11,14 @@ Sources:
 - Fused attention (Dao et al. 2022, FlashAttention): no s x s tensor reaches HBM; the backward pass
   recomputes the scores, which FlashAttention-2 (Dao 2023, Sec 4) runs at ~2.5x the forward time.
   Causal masking lets the fused kernel skip half of the score blocks.
+- Context parallelism (cp ranks per sequence; Megatron-core with Transformer Engine's
+  ``AttnFuncWithCPAndKVP2P``, torchtitan's ``context_parallel``, after Liu et al. 2023, Ring
+  Attention): each rank holds s/cp tokens of every sequence, so every GEMM, element-wise kernel,
+  TP collective and kept activation is that of b*s/cp tokens. Attention lets those queries see
+  all s keys: the K and V chunks go round the ring in cp steps (the local one, then cp - 1
+  received), each an (s/cp) x (s/cp) block of scores; with the two-chunk split (rank r holds
+  chunks r and 2cp - 1 - r of 2cp) every causal step computes half of its block, so each rank
+  does 1/cp of the causal attention work.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from solver.cost.comm import all_reduce_s, overlapped_exposed_s, tp_link
+from solver.cost.comm import all_reduce_s, cp_link, overlapped_exposed_s, ring_exchange_s, tp_link
 from solver.cost.compute import elementwise_time_s, gemm_time_s
 from solver.cost.flops import (
     attention_score_flops,
@@ -93,22 +101,58 @@ def _activation_all_reduce_s(cluster: ClusterSpec, tokens: float, hidden_size: i
 
 
 def _attention_core_s(
-    model: ModelSpec, gpu: GpuSpec, training: TrainingSpec, heads_local: float, s: int, elementwise: ElementwiseCost
+    model: ModelSpec, gpu: GpuSpec, training: TrainingSpec, heads_local: float, s: int, elementwise: ElementwiseCost,
+    cp_size: int = 1,
 ) -> tuple[float, float, float]:
     """(forward, backward, score element-wise forward) seconds of the attention core
-    (Q K^T, softmax, times V) of ``heads_local`` heads over ``s`` tokens: fused (FlashAttention,
-    causal masks skip half the blocks) or materialised through HBM."""
+    (Q K^T, softmax, times V) of ``heads_local`` heads over ``s`` tokens on one rank of a
+    context-parallel group of ``cp_size``: fused (FlashAttention, causal masks skip half the
+    blocks) or materialised through HBM. The rank's s/cp queries meet the s keys in cp blocks of
+    (s/cp) x (s/cp) (ring attention, see the module docstring); causal, each step computes half
+    its block under the two-chunk split (at cp 1: the one s x s block, half of it)."""
     precision16 = _sixteen_bit(training.precision)
     d = model.head_dim
+    q = s // cp_size  # this rank's queries, and the keys of each ring step
+    block_s = gemm_time_s(gpu, precision16, q, q, d, heads_local) + gemm_time_s(gpu, precision16, q, d, q, heads_local)
     if training.flash_attention:
         causal = 0.5 if model.architecture is Architecture.DECODER else 1.0
-        forward_s = causal * (
-            gemm_time_s(gpu, precision16, s, s, d, heads_local) + gemm_time_s(gpu, precision16, s, d, s, heads_local)
-        )
+        forward_s = causal * cp_size * block_s
         return forward_s, FLASH_BACKWARD_TO_FORWARD * forward_s, 0.0
-    forward_s = gemm_time_s(gpu, precision16, s, s, d, heads_local) + gemm_time_s(gpu, precision16, s, d, s, heads_local)
-    score_s = elementwise_time_s(gpu, elementwise.score_bytes * heads_local * s * s, kernels=2)
+    forward_s = cp_size * block_s
+    score_s = elementwise_time_s(gpu, elementwise.score_bytes * heads_local * q * s, kernels=2)
     return forward_s, BACKWARD_TO_FORWARD * forward_s, score_s
+
+
+def ring_exchange_bytes(model: ModelSpec, shape: ProfileShape, seq_length: int) -> float:
+    """Bytes one rank sends per ring-attention step, forward: its K and V chunks, 16 bit, of
+    b * s/cp tokens and the kv_hidden/tp width its TP rank holds (2 tensors x 2 bytes).
+    Backward sends K and V again and their gradients (TE's ``AttnFuncWithCPAndKVP2P`` backward
+    circulates ``kv`` and ``dkv``): twice as many bytes per step."""
+    tokens = shape.micro_batch_size * seq_length // shape.cp_size
+    return 2 * BYTES_16BIT * tokens * model.kv_hidden_size / shape.tp_size
+
+
+def cp_comm_exposed_s(
+    cluster: ClusterSpec, message_bytes: float, cp_size: int, tp_size: int,
+    attention_forward_s: float, attention_backward_s: float,
+) -> float:
+    """Seconds of one layer's ring attention exchange (forward and backward) that attention
+    compute does not hide, on one rank of a context-parallel group of ``cp_size`` (0 at 1).
+
+    Each pass takes cp - 1 exchange steps (``ring_exchange_s``; backward moves twice the bytes),
+    and step i's transfer runs beside the attention of the block already received, so cp - 1 of
+    the cp blocks' compute can hide them (the last block has no transfer after it). What is
+    hidden still slows that compute (``overlapped_exposed_s``, Lee et al. 2025)."""
+    if cp_size <= 1:
+        return 0.0
+    link = cp_link(cluster, tp_size, cp_size)
+    hiding = (cp_size - 1) / cp_size
+    slowdown = cluster.gpu.overlap_slowdown
+    forward_s = ring_exchange_s(message_bytes, cp_size, link)
+    backward_s = ring_exchange_s(2 * message_bytes, cp_size, link)
+    return overlapped_exposed_s(forward_s, hiding * attention_forward_s, slowdown) + overlapped_exposed_s(
+        backward_s, hiding * attention_backward_s, slowdown
+    )
 
 
 def _fp8_cast_s(model: ModelSpec, gpu: GpuSpec, precision: Precision, tokens: float, tp_size: int) -> tuple[float, float]:
@@ -130,14 +174,15 @@ def _fp8_cast_s(model: ModelSpec, gpu: GpuSpec, precision: Precision, tokens: fl
 
 def _kept_bytes(model: ModelSpec, shape: ProfileShape, s: int, flash: bool) -> tuple[int, int, int]:
     """Activation bytes one layer keeps for backward with no, selective and full recomputation
-    (Korthikanti et al. 2022 Table 2, generalised to GQA and SwiGLU)."""
+    (Korthikanti et al. 2022 Table 2, generalised to GQA and SwiGLU), on one rank of a
+    context-parallel group: every term is that of its b * s/cp tokens."""
     t, b = shape.tp_size, shape.micro_batch_size
     h, a, kv, f = model.hidden_size, model.num_attention_heads, model.kv_hidden_size, model.ffn_hidden_size
-    tokens = b * s
+    tokens = b * s // shape.cp_size
     swiglu = model.mlp_activation is MlpActivation.SWIGLU
     replicated = 10 * tokens * h  # LN inputs (4), QKV and MLP inputs (4), two dropout masks (2)
     split = 4 * tokens * h + 4 * tokens * kv + (6 if swiglu else 4) * tokens * f  # Q, out-proj in, K, V, MLP inner
-    scores = 0 if flash else 5 * b * a * s * s  # softmax out, dropout mask, dropout out
+    scores = 0 if flash else 5 * a * tokens * s  # softmax out, dropout mask, dropout out
     replicated_local = replicated / t if shape.sequence_parallel else replicated
     checkpoint = BYTES_16BIT * tokens * h / (t if shape.sequence_parallel else 1)
     return int(replicated_local + (split + scores) / t), int(replicated_local + split / t), int(checkpoint)
@@ -151,9 +196,9 @@ def _layer_profile(
     gpu: GpuSpec = cluster.gpu
     precision, flash = training.precision, training.flash_attention
     elementwise = FUSED if training.fused_kernels else EAGER
-    t, b, s = tp_size, micro_batch_size, seq_length
+    t, b, s, cp = tp_size, micro_batch_size, seq_length, shape.cp_size
     h, a, kv, f = model.hidden_size, model.num_attention_heads, model.kv_hidden_size, model.ffn_hidden_size
-    tokens = b * s
+    tokens = b * s // cp  # this rank's tokens: s/cp of each sequence
     tokens_local = tokens / t if sequence_parallel else tokens  # tokens that norms/dropout see
     swiglu = model.mlp_activation is MlpActivation.SWIGLU
 
@@ -165,7 +210,7 @@ def _layer_profile(
         + gemm_time_s(gpu, precision, tokens, h, f / t)  # down
     )
     attention_forward_s, attention_backward_s, score_elementwise_s = _attention_core_s(
-        model, gpu, training, b * a / t, s, elementwise
+        model, gpu, training, b * a / t, s, elementwise, cp
     )
     activation_fn_bytes = (6 if swiglu else 4) * tokens * f / t
     head_copy_bytes = elementwise.head_copy_bytes * tokens * (2 * h + 2 * kv) / t
@@ -192,6 +237,10 @@ def _layer_profile(
     if training.tp_comm_overlap:
         tp_comm_s = overlapped_exposed_s(tp_comm_s, (1 + BACKWARD_TO_FORWARD) * gemm_forward_s, gpu.overlap_slowdown)
 
+    cp_comm_s = cp_comm_exposed_s(
+        cluster, ring_exchange_bytes(model, shape, s), cp, t, attention_forward_s, attention_backward_s
+    )
+
     activation, selective, checkpoint = _kept_bytes(model, shape, s, flash)
     return LayerProfile(
         name=f"layer.{index}",
@@ -205,7 +254,8 @@ def _layer_profile(
         output_bytes=int(BYTES_16BIT * tokens * h / t),
         selective_recompute_s=selective_recompute_s,
         tp_comm_s=tp_comm_s,
-        model_flops=3.0 * (layer_forward_gemm_flops(model, tokens) + attention_score_flops(model, b, s)) / t,
+        cp_comm_s=cp_comm_s,
+        model_flops=3.0 * (layer_forward_gemm_flops(model, tokens) + attention_score_flops(model, b, s) / cp) / t,
     )
 
 
@@ -215,7 +265,7 @@ def _embedding_profile(
     tp_size, micro_batch_size, sequence_parallel = shape.tp_size, shape.micro_batch_size, shape.sequence_parallel
     gpu = cluster.gpu
     t, h = tp_size, model.hidden_size
-    tokens = micro_batch_size * seq_length
+    tokens = micro_batch_size * seq_length // shape.cp_size
     tokens_local = tokens / t if sequence_parallel else tokens
     # Row gather (read + write 16 bits) and dropout (read, write, 1-byte mask): 9 bytes per element;
     # backward scatter-adds the gradient rows into the vocabulary-parallel table.
@@ -245,7 +295,7 @@ def _head_profile(
     tp_size, micro_batch_size, sequence_parallel = shape.tp_size, shape.micro_batch_size, shape.sequence_parallel
     gpu = cluster.gpu
     t, h, vocab = tp_size, model.hidden_size, model.vocab_size
-    tokens = micro_batch_size * seq_length
+    tokens = micro_batch_size * seq_length // shape.cp_size
     tokens_local = tokens / t if sequence_parallel else tokens
     predicted = predicted_tokens(model, tokens)
     precision16 = _sixteen_bit(precision)
@@ -285,7 +335,7 @@ def analytic_profile(
     shape: ProfileShape,
 ) -> ModelProfile:
     """Per-layer profile of ``model`` for one micro-batch of ``shape.micro_batch_size`` on one
-    GPU of a TP group of ``shape.tp_size``.
+    GPU of a TP group of ``shape.tp_size`` and a CP group of ``shape.cp_size``.
 
     All transformer layers are identical in the analytic model; a measured profile may differ
     per layer. Cached: the optimizer asks for the same (tp, micro-batch, SP) many times.
@@ -304,4 +354,5 @@ def analytic_profile(
         precision=training.precision,
         layers=tuple(layers),
         device=cluster.gpu.name,
+        cp_size=shape.cp_size,
     )

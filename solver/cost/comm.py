@@ -6,6 +6,9 @@ reduce-scatter and all-gather move (n-1)/n * M in n-1 steps. Each step costs the
 (alpha); bytes cost 1 / (bandwidth * bus efficiency) (beta). Bandwidths are per GPU, one
 direction. Rank layout follows Megatron-LM: tensor parallel ranks are adjacent, then data
 parallel, then pipeline (Narayanan et al. 2021 Sec 3.3), so TP groups sit inside a node first.
+With context parallelism Megatron-core orders ranks tp-cp-dp-pp (``parallel_state``'s default
+``order="tp-cp-ep-dp-pp"``): a CP group's ranks are tp apart, and the ranks that reduce gradients
+together (data parallel with context parallel, dp x cp of them) are tp apart as well.
 """
 
 from __future__ import annotations
@@ -59,27 +62,51 @@ def tp_link(cluster: ClusterSpec, tp_size: int) -> Link:
     return intra_node_link(cluster) if tp_size <= cluster.gpus_per_node else inter_node_link(cluster)
 
 
-def pp_link(cluster: ClusterSpec, tp_size: int, dp_size: int, pp_size: int) -> Link:
-    """Consecutive pipeline stages are tp*dp ranks apart: same node only when a whole pipeline fits in one."""
-    if tp_size * dp_size * pp_size <= cluster.gpus_per_node:
+def pp_link(cluster: ClusterSpec, tp_size: int, dp_size: int, pp_size: int, cp_size: int = 1) -> Link:
+    """Consecutive pipeline stages are tp*cp*dp ranks apart: same node only when a whole pipeline fits in one."""
+    if tp_size * cp_size * dp_size * pp_size <= cluster.gpus_per_node:
         return intra_node_link(cluster)
     return inter_node_link(cluster)
 
 
-def dp_group_layout(cluster: ClusterSpec, tp_size: int, dp_size: int) -> tuple[int, int]:
-    """(members per node, nodes spanned) of one data-parallel group; its ranks are tp_size apart."""
+def cp_link(cluster: ClusterSpec, tp_size: int, cp_size: int) -> Link:
+    """The link a context-parallel ring runs over. Its ranks are tp_size apart (tp-cp-dp-pp), so
+    the group spans tp*cp consecutive ranks: inside a node when they fit in one, else the ring
+    crosses nodes and its slowest hop goes through each GPU's share of the NICs."""
+    return intra_node_link(cluster) if tp_size * cp_size <= cluster.gpus_per_node else inter_node_link(cluster)
+
+
+def ring_exchange_s(message_bytes: float, cp_size: int, link: Link) -> float:
+    """Ring attention's K/V circulation over a context-parallel group of ``cp_size``: cp - 1 steps,
+    in each of which every rank sends ``message_bytes`` to the next rank and receives as many from
+    the previous one at once (send/recv pairs; the link's bandwidth is per direction). Seconds,
+    before any overlap with attention compute (Liu et al. 2023, Ring Attention, Sec 3;
+    Megatron-core / Transformer Engine ``AttnFuncWithCPAndKVP2P``)."""
+    if cp_size <= 1:
+        return 0.0
+    return (cp_size - 1) * p2p_s(message_bytes, link)
+
+
+def dp_group_layout(cluster: ClusterSpec, tp_size: int, dp_size: int, cp_size: int = 1) -> tuple[int, int]:
+    """(members per node, nodes spanned) of one gradient-reduction group: the dp x cp ranks that
+    hold the same parameters, tp_size apart (tp-cp-dp-pp order: cp ranks first, then dp)."""
+    members = dp_size * cp_size
     if tp_size >= cluster.gpus_per_node:
-        return 1, dp_size
-    per_node = min(dp_size, cluster.gpus_per_node // tp_size)
-    nodes = -(-dp_size // per_node)
+        return 1, members
+    per_node = min(members, cluster.gpus_per_node // tp_size)
+    nodes = -(-members // per_node)
     return per_node, nodes
 
 
 def data_parallel_collective_s(
-    cluster: ClusterSpec, tp_size: int, dp_size: int, message_bytes: float, kind: str, collectives: float = 1
+    cluster: ClusterSpec, tp_size: int, dp_size: int, message_bytes: float, kind: str, collectives: float = 1,
+    cp_size: int = 1,
 ) -> float:
-    """A ring collective over one data-parallel group (its ranks are tp_size apart), issued as
-    ``collectives`` separate calls (reduce-scatter and all-gather; see ``reduce_scatter_s``).
+    """A ring collective over one gradient-reduction group: the dp_size x cp_size ranks that hold
+    the same parameters (its ranks are tp_size apart; with context parallelism gradients are
+    reduced and ZeRO shards over data- and context-parallel ranks together, Megatron-core's
+    ``data_parallel_group_with_context_parallel``), issued as ``collectives`` separate calls
+    (reduce-scatter and all-gather; see ``reduce_scatter_s``).
 
     Inside a node the ring runs over NVLink. Once the group spans nodes, every rank's
     (n-1)/n share of the buffer crosses the network through that GPU's share of the node's NICs
@@ -89,14 +116,15 @@ def data_parallel_collective_s(
     stays near 69 s once parameter gathers dominate, i.e. about 20 GB/s per GPU for 4 x 2*Psi
     bytes. ``kind`` is 'all_reduce', 'reduce_scatter' or 'all_gather'.
     """
-    if dp_size <= 1 or message_bytes <= 0:
+    ranks = dp_size * cp_size
+    if ranks <= 1 or message_bytes <= 0:
         return 0.0
-    _, nodes = dp_group_layout(cluster, tp_size, dp_size)
+    _, nodes = dp_group_layout(cluster, tp_size, dp_size, cp_size)
     link = intra_node_link(cluster) if nodes == 1 else inter_node_link(cluster)
     if kind == "all_reduce":
-        return all_reduce_s(message_bytes, dp_size, link)
+        return all_reduce_s(message_bytes, ranks, link)
     if kind in ("reduce_scatter", "all_gather"):
-        return reduce_scatter_s(message_bytes, dp_size, link, collectives)
+        return reduce_scatter_s(message_bytes, ranks, link, collectives)
     raise ValueError(f"unknown collective {kind!r}")
 
 

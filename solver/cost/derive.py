@@ -21,7 +21,7 @@ from solver.spec.model import ModelSpec
 from solver.spec.training import TrainingSpec
 
 # Fields derive_profile scales by the analytic model's target/measured ratio.
-SCALED_FIELDS = TIME_FIELDS + BYTE_FIELDS + ("parameter_count", "model_flops")
+SCALED_FIELDS = TIME_FIELDS + BYTE_FIELDS + ("parameter_count", "model_flops", "cp_comm_s")
 
 
 def _check_same_chain(measured: ModelProfile, other: ModelProfile, label: str) -> None:
@@ -52,7 +52,7 @@ def derive_profile(
     ``Origin.DERIVED``. Raises SpecError when the analytic-at-measured profile is not at the
     measured configuration or the layer chains differ.
     """
-    for attr in ("tp_size", "micro_batch_size", "seq_length"):
+    for attr in ("tp_size", "micro_batch_size", "seq_length", "cp_size"):
         if getattr(analytic_at_measured, attr) != getattr(measured, attr):
             raise SpecError(
                 f"profile.{attr}",
@@ -100,6 +100,7 @@ def derive_profile(
         layers=tuple(layers),
         device=measured.device,
         notes=tuple(notes),
+        cp_size=analytic_at_target.cp_size,
     )
 
 

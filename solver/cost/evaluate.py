@@ -211,7 +211,9 @@ def step_time(
     breakdown = StepBreakdown(
         compute_s=m * critical.compute_s,
         recompute_s=m * critical.recompute_s,
-        tp_comm_s=m * critical.tp_comm_s,
+        # The breakdown reports the context-parallel ring exchange with the other collectives
+        # inside a layer (tensor and sequence parallel); the stage keeps them apart.
+        tp_comm_s=m * (critical.tp_comm_s + critical.cp_comm_s),
         pp_comm_s=pp_comm,
         dp_comm_exposed_s=tail.dp_exposed_s,
         grad_accumulation_s=m * critical.grad_accumulation_s,

@@ -57,18 +57,24 @@ class LayerProfile:
     tp_comm_s: float = 0.0
     model_flops: float = 0.0  # useful FLOPs of forward + backward (for MFU), this GPU
     origin: Origin = Origin.ANALYTIC
+    # Context parallelism's ring attention exchange that attention compute does not hide, forward
+    # (K, V) and backward (K, V and their gradients) together; 0 at cp_size 1. Kept apart from
+    # the measured fields (the profile format has no CP): it always comes from the analytic model.
+    cp_comm_s: float = 0.0
 
     def recompute_s(self, mode: Recompute) -> float:
         """Extra time of recomputing this layer in ``mode``: a full recompute repeats the forward
         pass and its TP collectives (half of ``tp_comm_s``: 2 of the 4 per layer, Korthikanti et
-        al. 2022 Sec 4); a selective one the attention core."""
+        al. 2022 Sec 4) and its forward ring exchange (a third of ``cp_comm_s``: the forward
+        moves K and V, the backward K, V and their gradients, twice the bytes); a selective one
+        the attention core."""
         if mode is Recompute.FULL:
-            return self.forward_s + self.tp_comm_s / 2
+            return self.forward_s + self.tp_comm_s / 2 + self.cp_comm_s / 3
         return self.selective_recompute_s if mode is Recompute.SELECTIVE else 0.0
 
     def time_s(self, mode: Recompute) -> float:
-        """Forward + backward (+ recompute) time of this layer, TP communication included."""
-        return self.forward_s + self.backward_s + self.tp_comm_s + self.recompute_s(mode)
+        """Forward + backward (+ recompute) time of this layer, TP and CP communication included."""
+        return self.forward_s + self.backward_s + self.tp_comm_s + self.cp_comm_s + self.recompute_s(mode)
 
     def kept_bytes(self, mode: Recompute) -> int:
         """Activation bytes kept for backward in ``mode`` (full: the layer's input only)."""
@@ -81,17 +87,18 @@ class LayerProfile:
 class ProfileShape:
     """What of a parallel configuration a per-layer profile depends on: the tensor-parallel
     group a GPU's share is cut for, the micro-batch it runs, and whether norms and dropouts are
-    split over the group (sequence parallelism). A dimension that changes per-layer costs (as
-    context parallelism would) becomes a field here."""
+    split over the group (sequence parallelism), and the context-parallel group each sequence
+    is split over (a GPU's layers see s / cp_size tokens of each sequence)."""
 
     tp_size: int = 1
     micro_batch_size: int = 1
     sequence_parallel: bool = False
+    cp_size: int = 1
 
     @staticmethod
     def of(parallel: Any) -> "ProfileShape":
         """The profile shape of a ``ParallelConfig`` (or anything with these fields)."""
-        return ProfileShape(parallel.tp_size, parallel.micro_batch_size, parallel.sequence_parallel)
+        return ProfileShape(parallel.tp_size, parallel.micro_batch_size, parallel.sequence_parallel, parallel.cp_size)
 
 
 @dataclass(frozen=True)
@@ -108,11 +115,12 @@ class ModelProfile:
     sequence_parallel: bool = False  # how it was measured (the analytic reference must match)
     flash_attention: bool = True
     notes: tuple[str, ...] = field(default=(), compare=False)
+    cp_size: int = 1  # measured profiles are at 1; derived and analytic ones at their target
 
     @property
     def shape(self) -> ProfileShape:
         """The configuration it was measured (or derived) at."""
-        return ProfileShape(self.tp_size, self.micro_batch_size, self.sequence_parallel)
+        return ProfileShape(self.tp_size, self.micro_batch_size, self.sequence_parallel, self.cp_size)
 
     @property
     def transformer_layers(self) -> tuple[LayerProfile, ...]:

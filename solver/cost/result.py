@@ -60,7 +60,7 @@ class StepBreakdown(_FieldMapping):
 
     compute_s: float  # forward + backward of all micro-batches on the slowest stage (no comm)
     recompute_s: float  # extra forward work from activation recomputation
-    tp_comm_s: float  # tensor / sequence parallel collectives
+    tp_comm_s: float  # tensor / sequence parallel collectives and the exposed context-parallel ring exchange
     pp_comm_s: float  # pipeline point-to-point sends on the critical path
     dp_comm_exposed_s: float  # data-parallel gradient sync and ZeRO gathers not hidden by compute
     grad_accumulation_s: float  # adding each micro-batch's gradients into the fp32 buffer

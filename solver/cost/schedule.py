@@ -50,7 +50,7 @@ def pipeline_comm_s(
     (``overlapped_exposed_s``); fill and drain stay exposed."""
     if parallel.pp_size == 1:
         return 0.0
-    link = pp_link(cluster, parallel.tp_size, parallel.dp_size, parallel.pp_size)
+    link = pp_link(cluster, parallel.tp_size, parallel.dp_size, parallel.pp_size, parallel.cp_size)
     exchange_s = 2 * p2p_s(message_bytes, link)
     steady_s = num_micro_batches * parallel.virtual_stages * exchange_s
     fill_drain_s = (parallel.pp_size - 1) * exchange_s
@@ -86,14 +86,19 @@ def data_parallel_exposed_s(
     ``solver.spec.training.Zero3Collectives``), each paying its ring's latency;
     ``zero3_overlap`` False: each gather and reduce-scatter runs on the compute stream and is
     waited for, so none of it is hidden.
+
+    With context parallelism the group is the dp x cp ranks that hold the same parameters
+    (``ParallelConfig.dp_cp_size``): each CP rank's gradients cover only its part of every
+    sequence, so they are reduced over the CP ranks too, and ZeRO shards over all of them.
     """
-    dp = parallel.dp_size
-    if dp == 1:
+    if parallel.dp_cp_size == 1:
         return 0.0
     slowdown = cluster.gpu.overlap_slowdown
 
     def collective(kind: str, parameter_count: float, bytes_per_param: int, calls: float = 1) -> float:
-        return data_parallel_collective_s(cluster, parallel.tp_size, dp, bytes_per_param * parameter_count, kind, calls)
+        return data_parallel_collective_s(
+            cluster, parallel.tp_size, parallel.dp_size, bytes_per_param * parameter_count, kind, calls, parallel.cp_size
+        )
 
     def beside_backward(sync_s: float) -> float:
         """A gradient sync run bucket by bucket during backward: what it adds to backward,

@@ -46,6 +46,7 @@ class StageTime:
     recompute_s: float
     tp_comm_s: float
     grad_accumulation_s: float
+    cp_comm_s: float = 0.0  # ring attention exchange not hidden by attention compute
 
     @property
     def compute_s(self) -> float:
@@ -53,7 +54,7 @@ class StageTime:
 
     @property
     def total_s(self) -> float:
-        return self.compute_s + self.recompute_s + self.tp_comm_s + self.grad_accumulation_s
+        return self.compute_s + self.recompute_s + self.tp_comm_s + self.cp_comm_s + self.grad_accumulation_s
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class StagePolicy:
 
     gpu: GpuSpec
     zero_stage: ZeroStage
-    dp_size: int
+    dp_size: int  # ranks ZeRO shards over and gradients are reduced over: dp x cp (ParallelConfig.dp_cp_size)
     optimizer: OptimizerKind
     num_micro_batches: int
     base_recompute: Recompute  # what layers not fully recomputed do: NONE or SELECTIVE
@@ -82,7 +83,7 @@ class StagePolicy:
     @staticmethod
     def of(gpu: GpuSpec, parallel: ParallelConfig, optimizer: OptimizerKind, num_micro_batches: int) -> "StagePolicy":
         return StagePolicy(
-            gpu, parallel.zero_stage, parallel.dp_size, optimizer, num_micro_batches,
+            gpu, parallel.zero_stage, parallel.dp_cp_size, optimizer, num_micro_batches,
             Recompute.SELECTIVE if parallel.recompute is Recompute.SELECTIVE else Recompute.NONE,
         )
 
@@ -158,8 +159,9 @@ def activation_bytes(in_flight: Any, kept_bytes: Any, working_bytes: Any) -> Any
 
 
 def state_bytes_per_parameter(parallel: ParallelConfig, training: TrainingSpec) -> float:
-    """Bytes of model state per parameter on one GPU (weights + gradients + optimizer states)."""
-    return sum(model_state_bytes(1.0, parallel.zero_stage, parallel.dp_size, training.optimizer).values())
+    """Bytes of model state per parameter on one GPU (weights + gradients + optimizer states),
+    ZeRO sharding over the dp x cp ranks that hold the same parameters."""
+    return sum(model_state_bytes(1.0, parallel.zero_stage, parallel.dp_cp_size, training.optimizer).values())
 
 
 def optimizer_step_s(gpu: GpuSpec, parameter_count: float, policy: StagePolicy) -> float:
@@ -191,6 +193,7 @@ def stage_cost(
         recompute_s=sum(layer.recompute_s(Recompute.FULL if full else base) for layer, full in everything),
         tp_comm_s=sum(layer.tp_comm_s for layer, _ in everything),
         grad_accumulation_s=grad_accumulation_s(policy.gpu, params, policy),
+        cp_comm_s=sum(layer.cp_comm_s for layer, _ in everything),
     )
     largest = max((layer.parameter_count for layer, _ in everything), default=0)
     states = model_state_bytes(params, policy.zero_stage, policy.dp_size, policy.optimizer)

@@ -2,7 +2,8 @@
 framework (``megatron``, ``deepspeed``, ``fsdp``, ``torchtitan``, ``nemo``), each with its rules
 as ``violations(parallel)`` and, where a plan can be exported to it, ``export(plan)``.
 ``framework_violations`` asks the one a request names. 'any' accepts what at least one of them
-runs, which rules out only ZeRO-2/3 with pipeline parallelism (no framework here runs it).
+runs, which rules out only ZeRO-2/3 with pipeline parallelism (no framework here runs it);
+Megatron (and NeMo, through it) and torchtitan run context parallelism, DeepSpeed and FSDP do not.
 ``export_plan`` writes a plan in a framework's launch config (see ``solver.frameworks.export``);
 ``export_violations`` and ``export_mechanics`` say how to judge what an export runs."""
 
@@ -22,10 +23,12 @@ __all__ = [
 ]
 
 # The rules a framework itself sets (as opposed to structure, placement or memory).
-FRAMEWORK_RULES = frozenset({Rule.ZERO_WITH_PP, Rule.FRAMEWORK_ZERO, Rule.FRAMEWORK_PP})
+FRAMEWORK_RULES = frozenset({Rule.ZERO_WITH_PP, Rule.FRAMEWORK_ZERO, Rule.FRAMEWORK_PP, Rule.FRAMEWORK_CP})
 
 _RULES = {
-    Framework.ANY: deepspeed.violations,
+    # 'any' refuses only what no framework runs: ZeRO-2/3 under a pipeline (context parallelism
+    # is Megatron's and torchtitan's).
+    Framework.ANY: deepspeed.pipeline_zero_violations,
     Framework.MEGATRON: megatron.violations,
     Framework.DEEPSPEED: deepspeed.violations,
     Framework.FSDP: fsdp.violations,

@@ -26,6 +26,7 @@ from solver.frameworks.export import (
     RecomputeForm,
     all_full,
     differs,
+    fold_context_parallel,
     full_recompute_counts,
     recompute_form,
     render_shell,
@@ -33,7 +34,7 @@ from solver.frameworks.export import (
 )
 from solver.spec.legality import uniform_partition
 from solver.spec.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding
-from solver.spec.parallel import ParallelConfig
+from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.rules import Rule, Violation
 from solver.spec.training import Precision, TrainingSpec, ZeroStage
 
@@ -48,11 +49,26 @@ DEFAULT_BUCKET_ELEMENTS = 500_000_000
 ZERO3_GATHERED_LAYERS = 2
 
 
-def violations(parallel: ParallelConfig) -> list[Violation]:
+def pipeline_zero_violations(parallel: ParallelConfig) -> list[Violation]:
+    """ZeRO-2/3 with a pipeline: refused by DeepSpeed's pipeline engine (and run by no framework
+    the 'any' rules stand for)."""
     zero, pp = parallel.zero_stage, parallel.pp_size
     if zero >= ZeroStage.OS_G and pp > 1:
         return [Violation(Rule.ZERO_WITH_PP, f"zero_stage {int(zero)} with pp_size {pp} is not supported (DeepSpeed allows only ZeRO-0/1 with pipelines)")]
     return []
+
+
+def violations(parallel: ParallelConfig) -> list[Violation]:
+    """What Megatron-DeepSpeed cannot run: ZeRO-2/3 with a pipeline, and context parallelism
+    (its long-sequence option is DeepSpeed-Ulysses, an all-to-all over attention heads, not the
+    ring exchange planned as cp_size)."""
+    out = pipeline_zero_violations(parallel)
+    if parallel.cp_size > 1:
+        out.append(Violation(
+            Rule.FRAMEWORK_CP,
+            f"Megatron-DeepSpeed has no ring context parallelism; cp_size {parallel.cp_size} is not available",
+        ))
+    return out
 
 
 def pipeline_split(num_layers: int, pp_size: int) -> tuple[int, ...]:
@@ -67,6 +83,13 @@ def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, TrainingSpec, tupl
     and what differs."""
     parallel, training = plan.parallel, plan.training
     out: list[Difference] = []
+    if parallel.cp_size > 1:
+        parallel, training, folded = fold_context_parallel(
+            parallel, training,
+            "Megatron-DeepSpeed has no ring context parallelism: its GPUs become data-parallel"
+            " replicas, each holding whole sequences (activations cp_size times larger)",
+        )
+        out += folded
     pp = parallel.pp_size
     if parallel.zero_stage >= ZeroStage.OS_G and pp > 1:
         out.append(differs(
@@ -152,7 +175,7 @@ def ds_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSp
     config: dict[str, Any] = {
         "train_batch_size": training.global_batch_size,
         "train_micro_batch_size_per_gpu": parallel.micro_batch_size,
-        "gradient_accumulation_steps": plan.num_micro_batches,
+        "gradient_accumulation_steps": micro_batch_count(training.global_batch_size, parallel.dp_size, parallel.micro_batch_size),
         "gradient_clipping": 1.0,
         "steps_per_print": 10,
         "zero_optimization": zero,

@@ -157,6 +157,35 @@ def resplit(parallel: ParallelConfig, form: RecomputeForm, stage_layers: tuple[i
     return replace(parallel, recompute=base, full_recompute_layers=None, stage_layers=stage_layers, virtual_stages=virtual_stages)
 
 
+def fold_context_parallel(
+    parallel: ParallelConfig, training: TrainingSpec, reason: str
+) -> tuple[ParallelConfig, TrainingSpec, tuple["Difference", ...]]:
+    """For a framework without context parallelism: the same GPUs with cp_size 1, the CP ranks
+    becoming data-parallel replicas (dp x cp of them). Each replica then takes whole sequences,
+    so the global batch must divide over dp x cp: the micro-batch shrinks to the largest size
+    that divides a replica's share, and a global batch that does not divide at all is rounded
+    down to a multiple of dp x cp (never below one sequence per replica)."""
+    replicas = parallel.dp_size * parallel.cp_size
+    out = [differs("parallel.cp_size", parallel.cp_size, 1, reason),
+           differs("parallel.dp_size", parallel.dp_size, replicas, "the context-parallel ranks become data-parallel replicas")]
+    batch = training.global_batch_size
+    if batch % replicas:
+        rounded = max(replicas, batch // replicas * replicas)
+        out.append(differs(
+            "training.global_batch_size", batch, rounded,
+            f"{batch} sequences do not divide over {replicas} data-parallel replicas",
+        ))
+        training = replace(training, global_batch_size=rounded)
+    per_replica = training.global_batch_size // replicas
+    micro = max(b for b in range(1, min(parallel.micro_batch_size, per_replica) + 1) if per_replica % b == 0)
+    if micro != parallel.micro_batch_size:
+        out.append(differs(
+            "parallel.micro_batch_size", parallel.micro_batch_size, micro,
+            f"each of {replicas} replicas takes {per_replica} sequences per step",
+        ))
+    return replace(parallel, cp_size=1, dp_size=replicas, micro_batch_size=micro), training, tuple(out)
+
+
 def listed(values: tuple[int, ...] | None) -> str:
     return "null" if values is None else "[" + ", ".join(str(v) for v in values) + "]"
 

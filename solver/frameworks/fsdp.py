@@ -1,6 +1,6 @@
 """PyTorch FSDP: what it can run.
 
-No pipeline schedule here; it shards gradients with optimizer states (``SHARD_GRAD_OP`` = ZeRO-2)
+No pipeline schedule and no context parallelism here; it shards gradients with optimizer states (``SHARD_GRAD_OP`` = ZeRO-2)
 or everything (``FULL_SHARD`` = ZeRO-3), or nothing (``NO_SHARD`` = plain data parallelism);
 it has no optimizer-state-only sharding (ZeRO-1).
 """
@@ -18,4 +18,8 @@ def violations(parallel: ParallelConfig) -> list[Violation]:
         out.append(Violation(Rule.FRAMEWORK_PP, "fsdp has no pipeline parallelism; pp_size must be 1"))
     if parallel.zero_stage == ZeroStage.OS:
         out.append(Violation(Rule.FRAMEWORK_ZERO, "fsdp shards gradients with states (ZeRO-2) or everything (ZeRO-3); zero_stage 1 is not available"))
+    if parallel.cp_size > 1:
+        # FSDP (pytorch-fsdp1) shards the model only; splitting sequences is torchtitan's
+        # context_parallel (FSDP2 + DTensor), which the 'fsdp' framework does not stand for.
+        out.append(Violation(Rule.FRAMEWORK_CP, f"fsdp has no context parallelism; cp_size {parallel.cp_size} must be 1"))
     return out

@@ -115,6 +115,9 @@ def arguments(plan: PlanToExport, parallel: ParallelConfig) -> list[Argument]:
     model, training = plan.model, plan.training
     tp, pp = parallel.tp_size, parallel.pp_size
     args: list[Argument] = [("--tensor-model-parallel-size", str(tp)), ("--pipeline-model-parallel-size", str(pp))]
+    if parallel.cp_size > 1:
+        # Ring attention through Transformer Engine (cp_comm_type p2p, megatron-core's default).
+        args.append(("--context-parallel-size", str(parallel.cp_size)))
     layers = plan.chunk_layers(parallel)
     if pp > 1 and len(set(layers)) > 1:
         args.append(("--pipeline-model-parallel-layout", pipeline_layout(layers)))
@@ -187,7 +190,9 @@ def export(plan: PlanToExport) -> Export:
     program = "pretrain_bert.py" if plan.model.architecture is Architecture.ENCODER else "pretrain_gpt.py"
     header = [
         f"Megatron-LM launch for {plan.model.name} on {plan.num_gpus} GPUs ({plan.num_nodes} node(s) x {plan.processes_per_node}):"
-        f" dp {parallel.dp_size} x tp {parallel.tp_size} x pp {parallel.pp_size}, {plan.num_micro_batches} micro-batches per step.",
+        f" dp {parallel.dp_size} x tp {parallel.tp_size} x pp {parallel.pp_size}"
+        + (f" x cp {parallel.cp_size}" if parallel.cp_size > 1 else "")
+        + f", {plan.num_micro_batches} micro-batches per step.",
         "exact: the plan as planned." if not differences else "NOT exact: the nearest configuration Megatron runs; see the differences.",
         "Run on every node with NODE_RANK, MASTER_ADDR and MASTER_PORT set; add data, tokenizer, optimizer",
         "and checkpoint arguments in EXTRA_ARGS.",

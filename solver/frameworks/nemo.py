@@ -108,6 +108,8 @@ def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[st
         "position_embedding_type": "rope" if model.position_embedding is PositionEmbedding.NONE else "learned_absolute",
         "share_embeddings_and_output_weights": model.tied_embeddings,
     }
+    if parallel.cp_size > 1:
+        out["context_parallel_size"] = parallel.cp_size  # megatron-core's ring attention
     split = first_last_split(plan.chunk_layers(parallel)) if parallel.pp_size > 1 else None
     if split is not None:
         first, last = split

@@ -121,7 +121,8 @@ def job_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingS
             "fsdp_reshard_after_forward": "always" if parallel.zero_stage == ZeroStage.OS_G_P else "never",
             "tensor_parallel_degree": parallel.tp_size,
             "pipeline_parallel_degree": pp,
-            "context_parallel_degree": 1,
+            # Its FSDP mesh is dp_shard x cp: ZeRO shards over both, as the cost model assumes.
+            "context_parallel_degree": parallel.cp_size,
         },
         "activation_checkpoint": {"mode": "full" if recompute_form(plan, parallel) is RecomputeForm.FULL_ALL else "none"},
         # torch.compile fuses the element-wise work around the GEMMs (the plan's fused kernels).

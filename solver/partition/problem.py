@@ -200,7 +200,7 @@ def partition_problem(
     recompute are what is being chosen), from the stage terms of ``solver.cost.stage``: model
     states under ZeRO, in-flight activations, the recompute working set, embedding and logits,
     ZeRO-3 gather buffers, and the reserve (affine in what is allocated)."""
-    pp, v, dp = parallel.pp_size, parallel.virtual_stages, parallel.dp_size
+    pp, v, dp = parallel.pp_size, parallel.virtual_stages, parallel.dp_cp_size  # ZeRO shards over dp x cp
     gpu = gpu_spec
     policy = StagePolicy.of(gpu, parallel, training.optimizer, num_micro_batches)
     embedding, head = profile.embedding, profile.head

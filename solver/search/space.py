@@ -1,8 +1,8 @@
 """The optimizer's search space: the shapes it enumerates, their legality, and lower bounds.
 
-A shape fixes everything but the partition: GPU count, dp / tp / pp, ZeRO stage, micro-batch,
-the base recompute (and whether layers may be fully recomputed), interleaving and sequence
-parallelism. Bounds come from the per-layer profile alone (no evaluator call), so whole groups
+A shape fixes everything but the partition: GPU count, dp / tp / pp / cp, ZeRO stage,
+micro-batch, the base recompute (and whether layers may be fully recomputed), interleaving and
+sequence parallelism. Bounds come from the per-layer profile alone (no evaluator call), so whole groups
 of shapes can be skipped before anything is planned.
 """
 
@@ -28,6 +28,14 @@ from solver.spec.training import Recompute, ZeroStage
 # A search-space cap: at 256 sequences per micro-batch every GEMM already fills the GPU in
 # solver.cost.compute's wave/k-efficiency model, so larger micro-batches only add activation memory.
 MICRO_BATCH_CHOICES_MAX = 256
+# Context parallelism is enumerated (unless a request's cp_size constraint names values) only
+# for sequences of at least this many tokens, as powers of two that leave each rank at least
+# CP_MIN_TOKENS_PER_RANK tokens of every sequence. Search-space caps, not physics: the cost model
+# judges every cp it is given, but at 2K-4K tokens the ring's blocks are too small for attention
+# to hide their K/V exchange (Megatron-core's and NeMo's long-context recipes start CP at 8K and
+# keep 4K-8K tokens per rank; Llama 3's 128K stage ran cp 16, 8K tokens per rank).
+CP_MIN_SEQ_LENGTH = 8192
+CP_MIN_TOKENS_PER_RANK = 2048
 
 
 @dataclass(frozen=True, order=True)
@@ -44,16 +52,17 @@ class Shape:
     full_recompute: bool  # may layers be fully recomputed (how many is chosen per stage)
     virtual_stages: int
     sequence_parallel: bool
+    cp_size: int = 1
 
     @property
     def profile_shape(self) -> ProfileShape:
-        return ProfileShape(self.tp_size, self.micro_batch_size, self.sequence_parallel)
+        return ProfileShape(self.tp_size, self.micro_batch_size, self.sequence_parallel, self.cp_size)
 
     def uniform(self) -> ParallelConfig:
         """The configuration with a uniform partition and every layer on the base recompute."""
         return ParallelConfig(
             self.dp_size, self.tp_size, self.pp_size, ZeroStage(self.zero_stage), self.micro_batch_size,
-            self.base_recompute, self.virtual_stages, self.sequence_parallel,
+            self.base_recompute, self.virtual_stages, self.sequence_parallel, cp_size=self.cp_size,
         )
 
 
@@ -69,7 +78,7 @@ class SearchRun:
     legal: list[Shape] = field(default_factory=list)  # shapes that passed every rule
     closest: list[tuple[float, ParallelConfig, Evaluation]] = field(default_factory=list)  # memory misses
     partitions_exact: bool = True
-    framework_rules: dict[tuple[int, int], list[Violation]] = field(default_factory=dict)  # (pp, zero) -> violations
+    framework_rules: dict[tuple[int, int, int], list[Violation]] = field(default_factory=dict)  # (pp, zero, cp) -> violations
     profiles: "Profiles" = field(init=False)  # per-search profile caches
 
     def __post_init__(self) -> None:
@@ -112,20 +121,40 @@ def _recompute_options(request: SearchRequest) -> list[tuple[Recompute, bool]]:
     return options
 
 
+def cp_sizes(request: SearchRequest, ranks: int) -> list[int]:
+    """Context-parallel sizes to consider for ``ranks`` GPUs per tensor-parallel rank: those a
+    cp_size constraint names (every divisor it admits; legality is checked with the shape),
+    else 1, and for sequences of at least CP_MIN_SEQ_LENGTH tokens the powers of two that split
+    each sequence into 2 x cp equal chunks of which each rank keeps at least
+    CP_MIN_TOKENS_PER_RANK tokens."""
+    if "cp_size" in request.constraints.allowed:
+        return [c for c in divisors(ranks) if request.constraints.admits("cp_size", c)]
+    seq = request.training.seq_length
+    sizes = [1]
+    if seq < CP_MIN_SEQ_LENGTH or not request.training.flash_attention:
+        return sizes  # short sequences; or materialised attention, which no framework runs with CP
+    cp = 2
+    while ranks % cp == 0 and seq % (2 * cp) == 0 and seq // cp >= CP_MIN_TOKENS_PER_RANK:
+        sizes.append(cp)
+        cp *= 2
+    return sizes
+
+
 def shapes(run: SearchRun, num_gpus: int):
     """Every shape the request admits for ``num_gpus``, legal or not (the caller checks)."""
     request = run.request
     model, training, constraints = request.model, request.training, request.constraints
     admits = constraints.admits
-    for tp in divisors(num_gpus):
+    tp_cp = [(t, c) for t in divisors(num_gpus) for c in cp_sizes(request, num_gpus // t)]
+    for tp, cp in tp_cp:
         if not admits("tp_size", tp):
             continue
-        for pp in divisors(num_gpus // tp):
-            dp = num_gpus // (tp * pp)
+        for pp in divisors(num_gpus // (tp * cp)):
+            dp = num_gpus // (tp * cp * pp)
             if not (admits("pp_size", pp) and admits("dp_size", dp)):
                 continue
-            if not is_legal(run, Shape(num_gpus, dp, tp, pp, 0, 1, Recompute.NONE, False, 1, False), coarse=True):
-                continue  # tp / pp / batch rules that no micro-batch, ZeRO stage or v can repair
+            if not is_legal(run, Shape(num_gpus, dp, tp, pp, 0, 1, Recompute.NONE, False, 1, False, cp), coarse=True):
+                continue  # tp / pp / cp / batch rules that no micro-batch, ZeRO stage or v can repair
             if training.global_batch_size % dp:
                 run.reject(Rule.BATCH_DIVISIBLE)
                 continue
@@ -151,13 +180,13 @@ def shapes(run: SearchRun, num_gpus: int):
                 if v > 1 and (per_replica // mb) % pp:
                     run.reject(Rule.INTERLEAVE_MICRO_BATCHES)
                     continue
-                yield Shape(num_gpus, dp, tp, pp, zero, mb, base, full, v, sp)
+                yield Shape(num_gpus, dp, tp, pp, zero, mb, base, full, v, sp, cp)
 
 
 def is_legal(run: SearchRun, shape: Shape, coarse: bool = False) -> bool:
     """Whether the shape passes the legality rules. ``coarse``: the structural rules
     (``check_structure``) and placement of (tp, pp, dp) with micro-batch 1 and no interleaving,
-    counted once for the whole group. Otherwise the framework rules of (pp, ZeRO stage): the
+    counted once for the whole group. Otherwise the framework rules of (pp, ZeRO stage, cp): the
     generator already keeps micro-batches, interleaving and layer counts legal, and everything
     returned passes ``check_structure`` again in the evaluator and the validator."""
     request = run.request
@@ -176,9 +205,9 @@ def is_legal(run: SearchRun, shape: Shape, coarse: bool = False) -> bool:
             run.stats.configurations_enumerated += 1
             run.stats.configurations_illegal += 1
         return not problems
-    key = (shape.pp_size, shape.zero_stage)
+    key = (shape.pp_size, shape.zero_stage, shape.cp_size)
     if key not in run.framework_rules:
-        probe = ParallelConfig(pp_size=shape.pp_size, zero_stage=ZeroStage(shape.zero_stage))
+        probe = ParallelConfig(pp_size=shape.pp_size, zero_stage=ZeroStage(shape.zero_stage), cp_size=shape.cp_size)
         run.framework_rules[key] = framework_violations(probe, constraints.framework)
     for violation in run.framework_rules[key]:
         run.reject(violation.rule)
@@ -263,7 +292,9 @@ def count_step_lower_bound_s(run: SearchRun, num_gpus: int) -> float:
     """No plan on ``num_gpus`` GPUs steps faster. A shape's step takes at least its m
     micro-batches through its slowest stage, which holds at least 1/pp of the model:
     m * model_time / pp = B * tp * model_time(tp, mb, sp) / (mb * N). The minimum over every tp
-    that fits the model and the node, every micro-batch size and SP bounds all shapes."""
+    that fits the model and the node, every micro-batch size and SP bounds all shapes; with
+    context parallelism a GPU runs 1/cp of each sample, m * model_time(tp, mb, sp, cp) / pp =
+    B * tp * cp * model_time / (mb * N), minimised over the cp sizes too."""
     request = run.request
     training, model = request.training, request.model
     best_s = float("inf")
@@ -277,7 +308,7 @@ def count_step_lower_bound_s(run: SearchRun, num_gpus: int) -> float:
         for mb in divisors(training.global_batch_size):
             if mb > MICRO_BATCH_CHOICES_MAX or not request.constraints.admits("micro_batch_size", mb):
                 continue
-            for sp in (False, True) if tp > 1 else (False,):
-                per_sample = run.profiles.model_time_s(ProfileShape(tp, mb, sp), Recompute.NONE) * tp / mb
+            for sp, cp in itertools.product((False, True) if tp > 1 else (False,), cp_sizes(request, num_gpus // tp)):
+                per_sample = run.profiles.model_time_s(ProfileShape(tp, mb, sp, cp), Recompute.NONE) * tp * cp / mb
                 best_s = min(best_s, training.global_batch_size * per_sample / num_gpus)
     return best_s

@@ -95,13 +95,18 @@ DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("dp_size", Kind.COUNT, "data-parallel replicas", relax_rank=5),
     Dimension("tp_size", Kind.COUNT, "tensor-parallel group size (Megatron-LM column/row split)", relax_rank=3),
     Dimension("pp_size", Kind.COUNT, "pipeline stages", relax_rank=4),
+    Dimension(
+        "cp_size", Kind.COUNT,
+        "context-parallel group size: each sequence split over cp ranks, K and V passed round a ring (Megatron-core, torchtitan)",
+        relax_rank=8,
+    ),
     Dimension("zero_stage", Kind.ZERO, "ZeRO stage: 0 none, 1 optimizer states, 2 + gradients, 3 + parameters", relax_rank=1),
     Dimension("micro_batch_size", Kind.COUNT, "sequences per micro-batch", relax_rank=2),
     Dimension("recompute", Kind.RECOMPUTE, "activation recomputation: none, selective or full", relax_rank=0),
     Dimension("virtual_stages", Kind.COUNT, "model chunks per pipeline stage (interleaved 1F1B)", relax_rank=6),
     Dimension("sequence_parallel", Kind.FLAG, "sequence parallelism inside the tensor-parallel group", relax_rank=7),
 )
-NUM_GPUS = Dimension("num_gpus", Kind.COUNT, "GPUs used (dp x tp x pp)", of_config=False)
+NUM_GPUS = Dimension("num_gpus", Kind.COUNT, "GPUs used (dp x tp x pp x cp)", of_config=False)
 PINNABLE: dict[str, Dimension] = {d.name: d for d in (*DIMENSIONS, NUM_GPUS)}
 
 

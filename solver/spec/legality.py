@@ -42,8 +42,8 @@ def check_structure(
     if parallel.num_gpus != num_gpus:
         raise SpecError(
             "parallel",
-            f"dp_size * tp_size * pp_size = {parallel.dp_size}*{parallel.tp_size}*{parallel.pp_size}"
-            f" = {parallel.num_gpus}, but num_gpus is {num_gpus}",
+            f"dp_size * tp_size * pp_size * cp_size = {parallel.dp_size}*{parallel.tp_size}*{parallel.pp_size}"
+            f"*{parallel.cp_size} = {parallel.num_gpus}, but num_gpus is {num_gpus}",
             Rule.GPU_COUNT,
         )
     tp = parallel.tp_size
@@ -54,6 +54,7 @@ def check_structure(
     ):
         if value % tp:
             raise SpecError("parallel.tp_size", f"tp_size {tp} does not divide {what}={value}", Rule(f"tp_divides_{what}"))
+    _check_context_parallel(training, parallel)
     if not cluster.gpu.supports(training.precision):
         raise SpecError("training.precision", f"{cluster.gpu.name} has no {training.precision.value} tensor cores", Rule.PRECISION)
     per_replica = parallel.dp_size * parallel.micro_batch_size
@@ -102,6 +103,35 @@ def check_structure(
                     f"{recomputed} recomputed layers, the chunk holds {held}",
                     Rule.RECOMPUTE_WITHIN_STAGE,
                 )
+
+
+def _check_context_parallel(training: TrainingSpec, parallel: ParallelConfig) -> None:
+    """Context parallelism's structural rules (nothing to check at cp_size 1).
+
+    The sequence is cut into 2 x cp chunks and rank r keeps chunks r and 2cp - 1 - r, so that
+    every rank's causal attention work is the same (Megatron-core ``get_batch_on_this_cp_rank``,
+    torchtitan's load-balanced ``context_parallel``): the sequence length must divide by 2 x cp.
+    The ring exchange lives inside the fused attention kernel's wrapper: Megatron-core runs CP
+    only through Transformer Engine's attention (its own ``DotProductAttention`` asserts
+    ``context_parallel_size == 1``), torchtitan only through SDPA's flash / memory-efficient /
+    cuDNN kernels, so materialised attention (``training.flash_attention`` false) cannot."""
+    cp = parallel.cp_size
+    if cp == 1:
+        return
+    if training.seq_length % (2 * cp):
+        raise SpecError(
+            "parallel.cp_size",
+            f"seq_length {training.seq_length} is not divisible by 2 * cp_size = {2 * cp}"
+            " (each rank keeps two of 2 x cp equal chunks, for balanced causal attention)",
+            Rule.CP_DIVIDES_SEQUENCE,
+        )
+    if not training.flash_attention:
+        raise SpecError(
+            "parallel.cp_size",
+            f"cp_size {cp} needs fused attention (training.flash_attention): Megatron-core and torchtitan"
+            " run the ring exchange only inside their fused attention kernels",
+            Rule.CP_NEEDS_FUSED_ATTENTION,
+        )
 
 
 def placement_violations(cluster: ClusterSpec, parallel: ParallelConfig, allow_tp_across_nodes: bool) -> list[Violation]:

@@ -35,6 +35,7 @@ class ParallelConfig:
     sequence_parallel: bool = False
     stage_layers: tuple[int, ...] | None = None
     full_recompute_layers: tuple[int, ...] | None = None
+    cp_size: int = 1  # last: positional construction (dp, tp, pp, ...) predates it
 
     def __post_init__(self) -> None:
         for dimension in DIMENSIONS:
@@ -63,7 +64,15 @@ class ParallelConfig:
 
     @property
     def num_gpus(self) -> int:
-        return self.dp_size * self.tp_size * self.pp_size
+        return self.dp_size * self.tp_size * self.pp_size * self.cp_size
+
+    @property
+    def dp_cp_size(self) -> int:
+        """Ranks that hold the same parameters: gradients are reduced, and ZeRO shards model
+        states, over the data-parallel and context-parallel ranks together (Megatron-core's
+        ``data_parallel_group_with_context_parallel``, which its DDP and distributed optimizer
+        use; torchtitan's FSDP mesh ``dp_shard_cp``). Parameters are replicated over cp."""
+        return self.dp_size * self.cp_size
 
     @property
     def num_chunks(self) -> int:

@@ -25,11 +25,14 @@ class Rule(str, Enum):
     INTERLEAVE_MICRO_BATCHES = "interleave_micro_batches"
     PARTITION_COVERS_LAYERS = "partition_covers_layers"
     RECOMPUTE_WITHIN_STAGE = "recompute_within_stage"
+    CP_DIVIDES_SEQUENCE = "cp_divides_sequence"
+    CP_NEEDS_FUSED_ATTENTION = "cp_needs_fused_attention"
     # Policy: costed, but a framework cannot run it or the request forbids it.
     TP_WITHIN_NODE = "tp_within_node"
     ZERO_WITH_PP = "zero_with_pp"
     FRAMEWORK_ZERO = "framework_zero"
     FRAMEWORK_PP = "framework_pp"
+    FRAMEWORK_CP = "framework_cp"
     # Fit and objective.
     MEMORY = "memory"
     DEADLINE = "deadline"
@@ -56,6 +59,9 @@ _SUMMARIES = {
     Rule.ZERO_WITH_PP: "ZeRO-2/3 cannot be combined with pipeline parallelism",
     Rule.FRAMEWORK_ZERO: "the framework does not offer that ZeRO stage",
     Rule.FRAMEWORK_PP: "the framework has no pipeline parallelism",
+    Rule.FRAMEWORK_CP: "the framework has no context parallelism",
+    Rule.CP_DIVIDES_SEQUENCE: "the sequence length does not split into 2 x cp_size equal chunks",
+    Rule.CP_NEEDS_FUSED_ATTENTION: "context parallelism needs fused (flash) attention",
     Rule.BATCH_DIVISIBLE: "the global batch does not divide over dp_size x micro_batch_size",
     Rule.PP_AT_MOST_LAYERS: "more pipeline stages than layers",
     Rule.INTERLEAVE_MICRO_BATCHES: "interleaving needs micro-batches in multiples of pp_size",
