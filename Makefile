@@ -16,7 +16,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(BIN)/pip install --quiet -e '.[dev,profile,export-test]'
+	$(BIN)/pip install --quiet -e '.[dev,profile,export-test,viewer-test]'
 	touch $@
 
 install: $(VENV)/.installed

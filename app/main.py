@@ -27,6 +27,7 @@ from app.plans.router import router as plans_router
 from app.profiles.router import router as profiles_router
 from app.sizing.router import router as sizing_router
 from app.sweeps.router import router as sweeps_router
+from app.viewer.router import router as viewer_router
 
 DESCRIPTION = """Partitura plans how to split transformer training over a GPU cluster: data,
 tensor and pipeline parallel degrees, ZeRO stage, micro-batch size and recomputation.
@@ -88,6 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(profiles_router)
     app.include_router(sweeps_router)
     app.include_router(sizing_router)
+    app.include_router(viewer_router)  # HTML pages of stored plans (/plans)
 
     @app.middleware("http")
     async def record_latency(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
