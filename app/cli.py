@@ -220,6 +220,46 @@ def _command_export(args: argparse.Namespace, settings: Settings, out: IO[str]) 
     return 0
 
 
+def _command_token(args: argparse.Namespace, settings: Settings, out: IO[str]) -> int:
+    """API tokens in DATABASE_URL (docs/auth.md): ``create`` prints the new token once (only its
+    SHA-256 is stored), ``list`` shows them without it, ``revoke`` makes one answer 401."""
+    from app.tokens import service
+    from app.tokens.scopes import Scope
+
+    with _database(settings, use_configured=True) as (_settings, session):
+        if args.token_command == "create":
+            document = service.create_token(session, args.name, [Scope(s) for s in args.scope], args.plans_per_minute)
+            session.commit()
+            _write_json(out, document.model_dump(mode="json"))
+        elif args.token_command == "list":
+            _write_json(out, service.list_tokens(session).model_dump(mode="json"))
+        else:
+            document = service.revoke_token(session, args.token_id)
+            session.commit()
+            _write_json(out, document.model_dump(mode="json"))
+    return 0
+
+
+def _token_name(text: str) -> str:
+    from app.tokens.schemas import TokenRequest
+
+    try:
+        TokenRequest.model_validate({"name": text, "scopes": ["read"]})
+    except ValidationError:
+        raise argparse.ArgumentTypeError("1-64 letters, digits, '.', '_' or '-', starting with a letter or digit") from None
+    return text
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be at least 0")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="partitura", description="Plan hybrid-parallel transformer training.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -278,6 +318,23 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--file", metavar="NAME", help="print only this file of the export (e.g. ds_config.json)")
     output.add_argument("--write", metavar="DIR", help="write every file of the export into DIR")
     export.set_defaults(action=_command_export)
+
+    token = commands.add_parser("token", help="API tokens in DATABASE_URL: create (printed once), list, revoke")
+    token_commands = token.add_subparsers(dest="token_command", required=True, metavar="TOKEN_COMMAND")
+    token_create = token_commands.add_parser("create", help="create a token and print it (it is shown this once)")
+    token_create.add_argument("name", type=_token_name, metavar="NAME")
+    token_create.add_argument(
+        "--scope", action="append", required=True, choices=["read", "plan", "admin"],
+        help="read: GET; plan: also POST and DELETE; admin: also tokens and every owner's resources (repeatable)",
+    )
+    token_create.add_argument(
+        "--plans-per-minute", type=_non_negative_int, default=None, metavar="N",
+        help="this token's plan requests a minute (default: PARTITURA_QUOTA_PLANS_PER_MINUTE; 0: no limit)",
+    )
+    token_commands.add_parser("list", help="every token (never the token itself)")
+    token_revoke = token_commands.add_parser("revoke", help="revoke a token: it is answered 401 from now on")
+    token_revoke.add_argument("token_id", metavar="TOKEN_ID")
+    token.set_defaults(action=_command_token)
 
     register_profiler_commands(commands)
     return parser

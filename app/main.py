@@ -17,6 +17,7 @@ from app.core.docs import install_docs
 from app.core.limits import BodyLimitMiddleware, JsonOnlyMiddleware
 from app.core.metrics import Metrics
 from app.core.migrate import head_revision
+from app.core.openapi import AUTH_RESPONSES
 from app.core.problems import PROBLEM_MEDIA_TYPE, install_handlers
 from app.core.single_flight import SingleFlight
 from app.core.solver_pool import SolverPool
@@ -27,12 +28,15 @@ from app.plans.router import router as plans_router
 from app.profiles.router import router as profiles_router
 from app.sizing.router import router as sizing_router
 from app.sweeps.router import router as sweeps_router
+from app.tokens.auth import SolveSlots
+from app.tokens.router import router as tokens_router
 from app.viewer.router import router as viewer_router
 
 DESCRIPTION = """Partitura plans how to split transformer training over a GPU cluster: data,
 tensor and pipeline parallel degrees, ZeRO stage, micro-batch size and recomputation.
 `POST /v1/evaluations` predicts one configuration; `POST /v1/plans` searches for the best ones.
-Errors are RFC 9457 problem documents."""
+Errors are RFC 9457 problem documents. With authentication required (PARTITURA_AUTH=required),
+every /v1 operation takes an API token as `Authorization: Bearer <token>`."""
 
 
 def _operation_id(route: APIRoute) -> str:
@@ -67,6 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             {"name": "sizing", "description": "Compute-optimal model size and tokens for a budget (Chinchilla)"},
             {"name": "catalog", "description": "GPUs, models and clusters"},
             {"name": "operations", "description": "Health, readiness, metrics"},
+            {"name": "tokens", "description": "API tokens (admin scope)"},
         ],
     )
     app.state.settings = settings
@@ -74,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.sessionmaker = make_sessionmaker(engine)
     app.state.solver_pool = pool
     app.state.single_flight = SingleFlight()
+    app.state.solve_slots = SolveSlots(settings.quota_concurrent_solves)
     app.state.metrics = Metrics()
     app.state.versions = current_versions()
     app.state.migration_head = head_revision()
@@ -90,6 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(sweeps_router)
     app.include_router(sizing_router)
     app.include_router(viewer_router)  # HTML pages of stored plans (/plans)
+    app.include_router(tokens_router)
 
     @app.middleware("http")
     async def record_latency(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -103,7 +110,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.metrics.solver_slots_in_use.set(pool.in_use)
         return response
 
-    _serve_problem_media_type(app)
+    _serve_problem_media_type(app, auth_required=settings.auth_mode == "required")
     return app
 
 
@@ -123,8 +130,13 @@ BODY_PROBLEMS = {
 }
 
 
-def _serve_problem_media_type(app: FastAPI) -> None:
-    """Error responses are documented as ``application/problem+json``, the type they are sent as."""
+PROBLEM_CONTENT = {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/ProblemDocument"}}}
+
+
+def _serve_problem_media_type(app: FastAPI, auth_required: bool) -> None:
+    """Error responses are documented as ``application/problem+json``, the type they are sent as.
+    Operations that take the bearer token may answer 401 and 403; with authentication off the
+    token is optional (``security`` also lists ``{}``, no requirement)."""
     generate = app.openapi
 
     def openapi() -> dict:
@@ -138,6 +150,11 @@ def _serve_problem_media_type(app: FastAPI) -> None:
                             content[PROBLEM_MEDIA_TYPE] = content.pop("application/json")
                     if path not in DATABASE_FREE_PATHS:
                         operation["responses"].setdefault("503", DATABASE_UNAVAILABLE)
+                    if "security" in operation:
+                        for status_code, response in AUTH_RESPONSES.items():
+                            operation["responses"].setdefault(status_code, {**response, "content": PROBLEM_CONTENT})
+                        if not auth_required:
+                            operation["security"].append({})
                     if "requestBody" in operation:
                         for status_code, description in BODY_PROBLEMS.items():
                             operation["responses"].setdefault(status_code, {

@@ -5,5 +5,6 @@ from app.core.db import Base
 from app.plans.models import Plan, PlanCandidate
 from app.profiles.models import Profile
 from app.sweeps.models import Sweep, SweepPoint
+from app.tokens.models import ApiToken
 
-__all__ = ["Base", "CustomCluster", "CustomModel", "Plan", "PlanCandidate", "Profile", "Sweep", "SweepPoint"]
+__all__ = ["ApiToken", "Base", "CustomCluster", "CustomModel", "Plan", "PlanCandidate", "Profile", "Sweep", "SweepPoint"]

@@ -18,6 +18,8 @@ class CustomModel(Base):
     name: Mapped[str] = mapped_column(String(64), unique=True)
     spec: Mapped[dict[str, Any]] = mapped_column(JsonDocument)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    # The API token (app.tokens) that created it; null when authentication was off.
+    owner_token_id: Mapped[str | None] = mapped_column(String(36), index=True, nullable=True)
 
 
 class CustomCluster(Base):
@@ -27,3 +29,5 @@ class CustomCluster(Base):
     name: Mapped[str] = mapped_column(String(64), unique=True)
     spec: Mapped[dict[str, Any]] = mapped_column(JsonDocument)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    # The API token (app.tokens) that created it; null when authentication was off.
+    owner_token_id: Mapped[str | None] = mapped_column(String(36), index=True, nullable=True)

@@ -26,9 +26,11 @@ def names(session: Session, table: CustomTable) -> list[str]:
     return list(session.scalars(select(table.name).order_by(table.name)))
 
 
-def add(session: Session, table: CustomTable, name: str, spec: dict[str, Any], created_at: datetime) -> CustomEntry:
+def add(
+    session: Session, table: CustomTable, name: str, spec: dict[str, Any], created_at: datetime, owner: str | None = None
+) -> CustomEntry:
     """Insert and flush: a duplicate name raises ``IntegrityError`` here, not at commit."""
-    row = table(name=name, spec=spec, created_at=created_at)
+    row = table(name=name, spec=spec, created_at=created_at, owner_token_id=owner)
     session.add(row)
     session.flush()
     return row

@@ -19,27 +19,28 @@ from app.catalog.schemas import (
 )
 from app.core.deps import SessionDep
 from app.core.openapi import CONFLICT_RESPONSES, PROBLEM_RESPONSES
+from app.tokens.auth import ReadAccess, WriteAccess
 
 router = APIRouter(prefix="/v1/catalog", tags=["catalog"], responses=PROBLEM_RESPONSES)
 
 
 @router.get("/gpus", operation_id="list_gpus", response_model=GpuList)
-def list_gpus(session: SessionDep) -> dict:
+def list_gpus(session: SessionDep, _access: ReadAccess) -> dict:
     return {"items": service.list_entries(session, "gpus")}
 
 
 @router.get("/gpus/{name}", operation_id="get_gpu", response_model=GpuEntry)
-def get_gpu(name: str, session: SessionDep) -> dict:
+def get_gpu(name: str, session: SessionDep, _access: ReadAccess) -> dict:
     return service.get_entry(session, "gpus", name)
 
 
 @router.get("/models", operation_id="list_models", response_model=ModelList)
-def list_models(session: SessionDep) -> dict:
+def list_models(session: SessionDep, _access: ReadAccess) -> dict:
     return {"items": service.list_entries(session, "models")}
 
 
 @router.get("/models/{name}", operation_id="get_model", response_model=ModelEntry)
-def get_model(name: str, session: SessionDep) -> dict:
+def get_model(name: str, session: SessionDep, _access: ReadAccess) -> dict:
     return service.get_entry(session, "models", name)
 
 
@@ -47,27 +48,27 @@ def get_model(name: str, session: SessionDep) -> dict:
     "/models", operation_id="create_model", response_model=ModelEntry, status_code=status.HTTP_201_CREATED,
     responses=CONFLICT_RESPONSES,
 )
-def create_model(body: ModelSpecIn, response: Response, session: SessionDep) -> dict:
-    entry = service.create_custom(session, "models", body)
+def create_model(body: ModelSpecIn, response: Response, session: SessionDep, access: WriteAccess) -> dict:
+    entry = service.create_custom(session, "models", body, access)
     session.commit()
     response.headers["Location"] = f"/v1/catalog/models/{entry['name']}"
     return entry
 
 
 @router.delete("/models/{name}", operation_id="delete_model", status_code=status.HTTP_204_NO_CONTENT)
-def delete_model(name: str, session: SessionDep) -> Response:
-    service.delete_custom(session, "models", name)
+def delete_model(name: str, session: SessionDep, access: WriteAccess) -> Response:
+    service.delete_custom(session, "models", name, access)
     session.commit()
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.get("/clusters", operation_id="list_clusters", response_model=ClusterList)
-def list_clusters(session: SessionDep) -> dict:
+def list_clusters(session: SessionDep, _access: ReadAccess) -> dict:
     return {"items": service.list_entries(session, "clusters")}
 
 
 @router.get("/clusters/{name}", operation_id="get_cluster", response_model=ClusterEntry)
-def get_cluster(name: str, session: SessionDep) -> dict:
+def get_cluster(name: str, session: SessionDep, _access: ReadAccess) -> dict:
     return service.get_entry(session, "clusters", name)
 
 
@@ -75,26 +76,26 @@ def get_cluster(name: str, session: SessionDep) -> dict:
     "/clusters", operation_id="create_cluster", response_model=ClusterEntry, status_code=status.HTTP_201_CREATED,
     responses=CONFLICT_RESPONSES,
 )
-def create_cluster(body: ClusterSpecIn, response: Response, session: SessionDep) -> dict:
-    entry = service.create_custom(session, "clusters", body)
+def create_cluster(body: ClusterSpecIn, response: Response, session: SessionDep, access: WriteAccess) -> dict:
+    entry = service.create_custom(session, "clusters", body, access)
     session.commit()
     response.headers["Location"] = f"/v1/catalog/clusters/{entry['name']}"
     return entry
 
 
 @router.delete("/clusters/{name}", operation_id="delete_cluster", status_code=status.HTTP_204_NO_CONTENT)
-def delete_cluster(name: str, session: SessionDep) -> Response:
-    service.delete_custom(session, "clusters", name)
+def delete_cluster(name: str, session: SessionDep, access: WriteAccess) -> Response:
+    service.delete_custom(session, "clusters", name, access)
     session.commit()
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.get("/stacks", operation_id="list_stacks", response_model=StackList)
-def list_stacks() -> dict:
+def list_stacks(_access: ReadAccess) -> dict:
     """The software stacks a plan can assume, with the facts each sets and their sources."""
     return {"items": service.list_stacks()}
 
 
 @router.get("/stacks/{name}", operation_id="get_stack", response_model=StackEntry)
-def get_stack(name: str) -> dict:
+def get_stack(name: str, _access: ReadAccess) -> dict:
     return service.get_stack(name)

@@ -15,6 +15,7 @@ from app.catalog import repository
 from app.catalog.models import CustomCluster, CustomModel
 from app.catalog.schemas import ClusterSpecIn, ModelSpecIn, entry_dict
 from app.core.db import utc_now
+from app.core.ownership import ANYONE, Access
 from app.core.problems import Problem, from_spec_error, invalid_field, not_found
 from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
@@ -98,21 +99,27 @@ def _check_spec(kind: Kind, spec: dict[str, Any]) -> None:
         raise from_spec_error(SpecError(inner, error.reason) if inner else error, "body") from None
 
 
-def create_custom(session: Session, kind: Literal["models", "clusters"], body: BaseModel) -> dict[str, Any]:
+def create_custom(
+    session: Session, kind: Literal["models", "clusters"], body: BaseModel, access: Access = ANYONE
+) -> dict[str, Any]:
+    """Store a custom entry owned by ``access.owner``. Custom entries are one catalog shared by
+    every caller (names are unique across owners, and any plan may name them)."""
     spec = body.model_dump(mode="json", exclude_none=True)
     name = spec["name"]
     if name in _builtin_names(kind):
         raise Problem(409, "Name taken", f"{name!r} is a built-in {SINGULAR[kind]}", slug="conflict")
     _check_spec(kind, spec)
     try:
-        row = repository.add(session, CUSTOM_TABLES[kind], name, spec, utc_now())
+        row = repository.add(session, CUSTOM_TABLES[kind], name, spec, utc_now(), access.owner)
     except IntegrityError:
         session.rollback()
         raise Problem(409, "Name taken", f"a custom {SINGULAR[kind]} named {name!r} exists", slug="conflict") from None
     return _custom_entry(row)
 
 
-def delete_custom(session: Session, kind: Literal["models", "clusters"], name: str) -> None:
+def delete_custom(session: Session, kind: Literal["models", "clusters"], name: str, access: Access = ANYONE) -> None:
+    """Delete a custom entry: only its owner (or an admin) may; the catalog is shared, so the
+    entry's existence is no secret and another owner's entry is a 403, not a 404."""
     if name in _builtin_names(kind):
         raise Problem(
             403, "Read-only entry", f"{name!r} is a built-in {SINGULAR[kind]}; built-ins cannot be deleted",
@@ -121,6 +128,11 @@ def delete_custom(session: Session, kind: Literal["models", "clusters"], name: s
     row = repository.get(session, CUSTOM_TABLES[kind], name)
     if row is None:
         raise not_found(SINGULAR[kind], name, catalog.close_names(name, all_names(session, kind)))
+    if not access.can_see(row.owner_token_id):
+        raise Problem(
+            403, "Owned by another token", f"the custom {SINGULAR[kind]} {name!r} was added by another token; "
+            "only it or an admin may delete it", slug="not-owner",
+        )
     repository.delete(session, row)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Literal, Mapping
 
 from app.core.db import DEFAULT_DATABASE_TIMEOUT_S
 
@@ -12,6 +12,15 @@ DEFAULT_DATABASE_URL = "sqlite:///./partitura.db"
 # Large enough for a measured profile of a 1,024-layer model (about 300 bytes a layer) many times
 # over; a plan or evaluation request is a few kilobytes.
 DEFAULT_MAX_BODY_BYTES = 4 * 2**20
+# Authentication (docs/auth.md): "off" for local use (nothing is owned, everyone reads all),
+# "required" for a deployment (every /v1 request carries an API token).
+AuthMode = Literal["off", "required"]
+AUTH_MODES: tuple[AuthMode, ...] = ("off", "required")
+# Per token, with authentication required: plan, sweep and sizing requests a minute (a fixed
+# one-minute window counted in the database, so every worker and replica shares it), and
+# searches running at once in one process. 0 turns a limit off.
+DEFAULT_QUOTA_PLANS_PER_MINUTE = 30
+DEFAULT_QUOTA_CONCURRENT_SOLVES = 2
 
 
 def database_url_with_driver(url: str) -> str:
@@ -53,6 +62,14 @@ def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _auth_mode(env: Mapping[str, str]) -> AuthMode:
+    raw = (env.get("PARTITURA_AUTH") or "off").strip().lower()
+    for mode in AUTH_MODES:
+        if raw == mode:
+            return mode
+    raise SettingsError(f"PARTITURA_AUTH must be one of {', '.join(AUTH_MODES)}, got {raw!r}")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the service reads from its environment (see README, Configuration).
@@ -74,6 +91,10 @@ class Settings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     # How long opening a database connection, or waiting for a pooled one, may take (app.core.db).
     database_timeout_s: float = DEFAULT_DATABASE_TIMEOUT_S
+    # API tokens, ownership and quotas (app.core.auth, docs/auth.md).
+    auth_mode: AuthMode = "off"
+    quota_plans_per_minute: int = DEFAULT_QUOTA_PLANS_PER_MINUTE
+    quota_concurrent_solves: int = DEFAULT_QUOTA_CONCURRENT_SOLVES
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> "Settings":
@@ -87,4 +108,7 @@ class Settings:
             solver_grace_s=_positive_float(env, "PARTITURA_SOLVER_GRACE_S", 30.0),
             max_body_bytes=_int_at_least(env, "PARTITURA_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, 1024),
             database_timeout_s=_positive_float(env, "PARTITURA_DATABASE_TIMEOUT_S", DEFAULT_DATABASE_TIMEOUT_S),
+            auth_mode=_auth_mode(env),
+            quota_plans_per_minute=_int_at_least(env, "PARTITURA_QUOTA_PLANS_PER_MINUTE", DEFAULT_QUOTA_PLANS_PER_MINUTE, 0),
+            quota_concurrent_solves=_int_at_least(env, "PARTITURA_QUOTA_CONCURRENT_SOLVES", DEFAULT_QUOTA_CONCURRENT_SOLVES, 0),
         )

@@ -6,6 +6,7 @@ from sqlalchemy.orm import Session
 
 import catalog
 from app.catalog.service import resolve
+from app.core.ownership import ANYONE, Access
 from app.core.problems import clip, from_spec_error, invalid_field
 from app.evaluations.schemas import EvaluationOut, EvaluationRequest, Training
 from app.profiles.service import measured_profile
@@ -64,10 +65,10 @@ def check_num_gpus(num_gpus: int | None, cluster: ClusterSpec) -> int:
     return num_gpus
 
 
-def evaluate_configuration(session: Session, body: EvaluationRequest) -> EvaluationOut:
+def evaluate_configuration(session: Session, body: EvaluationRequest, access: Access = ANYONE) -> EvaluationOut:
     parallel_gpus = body.parallel.dp_size * body.parallel.tp_size * body.parallel.pp_size * body.parallel.cp_size
     resolved = resolve(session, body.model, body.cluster, body.num_gpus or parallel_gpus)
-    profile = measured_profile(session, body.profile_id, resolved.model).profile if body.profile_id else None
+    profile = measured_profile(session, body.profile_id, resolved.model, access=access).profile if body.profile_id else None
     # The read is over: release the connection (and SQLite's lock) before computing.
     session.rollback()
     training = training_spec(body.training)

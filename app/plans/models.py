@@ -42,6 +42,8 @@ class Plan(Base):
     ortools_version: Mapped[str] = mapped_column(String(64))
     search_stats: Mapped[dict[str, Any]] = mapped_column(JsonDocument)
     explanation: Mapped[dict[str, Any] | None] = mapped_column(JsonDocument, nullable=True)
+    # The API token (app.tokens) that created it; null when authentication was off.
+    owner_token_id: Mapped[str | None] = mapped_column(String(36), index=True, nullable=True)
 
     candidates: Mapped[list["PlanCandidate"]] = relationship(
         back_populates="plan",

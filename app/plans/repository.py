@@ -8,14 +8,15 @@ from typing import Any
 from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session, selectinload
 
+from app.core.ownership import ANYONE, Access
 from app.core.pagination import newest_first_after
 from app.plans.models import Plan, PlanCandidate
 
 
-def get(session: Session, plan_id: str) -> Plan | None:
-    return session.scalars(
-        select(Plan).where(Plan.id == plan_id).options(selectinload(Plan.candidates))
-    ).one_or_none()
+def get(session: Session, plan_id: str, access: Access = ANYONE) -> Plan | None:
+    """The plan ``plan_id`` if ``access`` may see it (another owner's plan is None, as an unknown one)."""
+    query = select(Plan).where(Plan.id == plan_id).options(selectinload(Plan.candidates))
+    return session.scalars(access.visible(query, Plan.owner_token_id)).one_or_none()
 
 
 def get_by_hash(session: Session, request_hash: str) -> Plan | None:
@@ -43,10 +44,11 @@ def page(
     model: str | None = None,
     cluster: str | None = None,
     status: str | None = None,
+    access: Access = ANYONE,
 ) -> list[Plan]:
-    """Up to ``limit`` plans, newest first (created_at, then id, descending), strictly after
-    the cursor position ``after``."""
-    query = select(Plan)
+    """Up to ``limit`` plans ``access`` may see, newest first (created_at, then id, descending),
+    strictly after the cursor position ``after``."""
+    query = access.visible(select(Plan), Plan.owner_token_id)
     if model is not None:
         query = query.where(Plan.model_name == model)
     if cluster is not None:
@@ -74,13 +76,14 @@ def best_candidates(session: Session, plan_ids: list[str]) -> dict[str, dict[str
     return {row.plan_id: {"parallel": row.parallel, "tokens_per_s": row.tokens_per_s} for row in rows}
 
 
-def ids_starting_with(session: Session, prefix: str, limit: int = 3) -> list[str]:
+def ids_starting_with(session: Session, prefix: str, limit: int = 3, access: Access = ANYONE) -> list[str]:
+    """Up to ``limit`` ids of plans ``access`` may see that start with ``prefix`` (never
+    another owner's: a suggestion would tell that the plan exists)."""
     if not prefix:
         return []
     escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return list(
-        session.scalars(select(Plan.id).where(Plan.id.like(f"{escaped}%", escape="\\")).order_by(Plan.id).limit(limit))
-    )
+    query = access.visible(select(Plan.id).where(Plan.id.like(f"{escaped}%", escape="\\")), Plan.owner_token_id)
+    return list(session.scalars(query.order_by(Plan.id).limit(limit)))
 
 
 def count_by_status(session: Session) -> dict[str, int]:

@@ -8,9 +8,10 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request, Response, status
 
 from app.core.deps import MetricsDep, SessionDep, SettingsDep, SolverPoolDep
-from app.core.openapi import PROBLEM_RESPONSES, SOLVER_RESPONSES
+from app.core.openapi import PROBLEM_RESPONSES, QUOTA_RESPONSES, SOLVER_RESPONSES
 from app.plans import service
 from app.plans.schemas import ExportFormatName, Plan, PlanExport, PlanList, PlanRequest
+from app.tokens.auth import ReadAccess, SolveAccess, WriteAccess
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"], responses=PROBLEM_RESPONSES)
 
@@ -23,6 +24,7 @@ router = APIRouter(prefix="/v1/plans", tags=["plans"], responses=PROBLEM_RESPONS
     responses={
         200: {"model": Plan, "description": "This exact request was planned before: the stored plan"},
         **SOLVER_RESPONSES,
+        **QUOTA_RESPONSES,
     },
 )
 def create_plan(
@@ -33,11 +35,12 @@ def create_plan(
     pool: SolverPoolDep,
     metrics: MetricsDep,
     settings: SettingsDep,
+    access: SolveAccess,
 ) -> Plan:
     """Search for the best parallel configurations. An infeasible request is a result (status
     "infeasible" with an explanation), not an error."""
     outcome = service.create_plan(
-        session, pool, metrics, settings, request.app.state.versions, body, request.app.state.single_flight
+        session, pool, metrics, settings, request.app.state.versions, body, request.app.state.single_flight, access
     )
     try:
         session.commit()
@@ -52,6 +55,7 @@ def create_plan(
 @router.get("", operation_id="list_plans", response_model=PlanList)
 def list_plans(
     session: SessionDep,
+    access: ReadAccess,
     model: Annotated[str | None, Query(description="only plans for this model name")] = None,
     cluster: Annotated[str | None, Query(description="only plans for this cluster name")] = None,
     plan_status: Annotated[
@@ -60,18 +64,19 @@ def list_plans(
     limit: Annotated[int, Query(ge=1, le=service.MAX_PAGE_SIZE)] = 20,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
 ) -> PlanList:
-    """Plans, newest first, a page at a time."""
-    return service.list_plans(session, limit, cursor, model, cluster, plan_status)
+    """Plans, newest first, a page at a time (with authentication on: the token's own; an
+    admin's: everyone's)."""
+    return service.list_plans(session, limit, cursor, model, cluster, plan_status, access)
 
 
 @router.get("/{plan_id}", operation_id="get_plan", response_model=Plan)
-def get_plan(plan_id: str, session: SessionDep) -> Plan:
-    return service.get_plan(session, plan_id)
+def get_plan(plan_id: str, session: SessionDep, access: ReadAccess) -> Plan:
+    return service.get_plan(session, plan_id, access)
 
 
 @router.delete("/{plan_id}", operation_id="delete_plan", status_code=status.HTTP_204_NO_CONTENT)
-def delete_plan(plan_id: str, session: SessionDep) -> Response:
-    service.delete_plan(session, plan_id)
+def delete_plan(plan_id: str, session: SessionDep, access: WriteAccess) -> Response:
+    service.delete_plan(session, plan_id, access)
     session.commit()
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
@@ -96,6 +101,7 @@ EXPORT_FILE_TYPES = ("text/x-shellscript", "application/toml", "application/yaml
 def export_plan(
     plan_id: str,
     session: SessionDep,
+    access: ReadAccess,
     export_format: Annotated[ExportFormatName, Query(alias="format", description="the framework")],
     candidate: Annotated[int, Query(ge=0, le=49, description="index into the plan's candidates; 0 is the best")] = 0,
     file: Annotated[
@@ -107,7 +113,7 @@ def export_plan(
     TOML) or NeMo (trainer/model overrides). ``exact`` is false when the framework cannot run the
     candidate as planned: the files then run the nearest configuration it can, and
     ``differences`` names every change."""
-    document = service.export_candidate(session, plan_id, export_format, candidate)
+    document = service.export_candidate(session, plan_id, export_format, candidate, access)
     if file is None:
         return document
     chosen = service.export_file(document, file)

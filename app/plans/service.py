@@ -18,6 +18,7 @@ from app.catalog.service import Resolved, resolve
 from app.core.config import Settings
 from app.core.db import utc_now
 from app.core.metrics import Metrics
+from app.core.ownership import ANYONE, Access
 from app.core.pagination import decode_cursor, encode_cursor
 from app.core.problems import Problem, from_spec_error, invalid_field, not_found
 from app.core.single_flight import SingleFlight
@@ -77,11 +78,17 @@ def normalise(body: schemas.PlanRequest, time_budget_s: float, cluster_num_gpus:
     return request
 
 
-def request_hash(request: dict[str, Any], snapshot: dict[str, Any], versions: Versions) -> str:
+def request_hash(request: dict[str, Any], snapshot: dict[str, Any], versions: Versions, owner: str | None = None) -> str:
     """SHA-256 over the normalised request, the catalog entries it resolved to and the solver
-    version: the same question to the same solver gets the same stored answer."""
+    version: the same question to the same solver gets the same stored answer. With an
+    ``owner`` (authentication on: the token's id) the owner is hashed too, so identical requests
+    of two owners are two plans (and two single-flight keys), never one owner's plan shown to
+    the other; without one the hash is what it was before tokens existed."""
+    document: dict[str, Any] = {"request": request, "catalog": snapshot, "solver": versions.solver, "ortools": versions.ortools}
+    if owner is not None:
+        document["owner"] = owner
     canonical = json.dumps(
-        {"request": request, "catalog": snapshot, "solver": versions.solver, "ortools": versions.ortools},
+        document,
         sort_keys=True,
         separators=(",", ":"),
     )
@@ -114,7 +121,8 @@ def _search_request(
 
 
 def _plan_row(
-    request: dict[str, Any], resolved: Resolved, result: schemas.SearchOutcome, versions: Versions, digest: str
+    request: dict[str, Any], resolved: Resolved, result: schemas.SearchOutcome, versions: Versions, digest: str,
+    owner: str | None,
 ) -> Plan:
     plan = Plan(
         id=str(uuid.uuid4()),
@@ -132,6 +140,7 @@ def _plan_row(
         ortools_version=versions.ortools,
         search_stats=result.search.model_dump(mode="json"),
         explanation=result.explanation.model_dump(mode="json") if result.explanation is not None else None,
+        owner_token_id=owner,
     )
     for candidate in result.candidates:
         plan.candidates.append(
@@ -201,23 +210,25 @@ def create_plan(
     versions: Versions,
     body: schemas.PlanRequest,
     flights: SingleFlight | None = None,
+    access: Access = ANYONE,
 ) -> PlanOutcome:
-    """Answer a plan request: the stored plan if this exact request was planned before,
-    otherwise search and store. Leaves the new plan flushed, for the caller to commit and then to
+    """Answer a plan request: the stored plan if this exact request was planned before (by the
+    same owner: ``access.owner`` is part of the request hash), otherwise search and store,
+    owned by ``access.owner``. Leaves the new plan flushed, for the caller to commit and then to
     call ``release``. With ``flights``, an identical request already searching in this process
     is awaited instead of searched again."""
     time_budget_s = min(body.time_budget_s or settings.plan_time_budget_s, settings.plan_time_budget_s)
     resolved = resolve(session, body.model, body.cluster, body.num_gpus)
     profile = None
     if body.profile_id is not None:
-        document = measured_profile(session, body.profile_id, resolved.model)
+        document = measured_profile(session, body.profile_id, resolved.model, access=access)
         profile = document.profile
         # The measurement is part of what the plan was computed from: snapshot it too.
         resolved = replace(
             resolved, snapshot={**resolved.snapshot, "profile": {"id": body.profile_id, "document": profile_document(document)}}
         )
     request = normalise(body, time_budget_s, resolved.cluster.num_gpus)
-    digest = request_hash(request, resolved.snapshot, versions)
+    digest = request_hash(request, resolved.snapshot, versions, access.owner)
     search_request = _search_request(body, resolved, time_budget_s, profile)
 
     stored = repository.get_by_hash(session, digest)
@@ -240,7 +251,9 @@ def create_plan(
         else:
             release = functools.partial(flights.release, digest, event)
     try:
-        return _search_and_add(session, pool, metrics, settings, versions, request, resolved, digest, search_request, release)
+        return _search_and_add(
+            session, pool, metrics, settings, versions, request, resolved, digest, search_request, release, access.owner
+        )
     except BaseException:
         release()
         raise
@@ -249,9 +262,10 @@ def create_plan(
 def _search_and_add(
     session: Session, pool: SolverPool | InlineSolver, metrics: Metrics, settings: Settings, versions: Versions,
     request: dict[str, Any], resolved: Resolved, digest: str, search_request: SearchRequest, release: Callable[[], None],
+    owner: str | None,
 ) -> PlanOutcome:
     result = _solve(pool, metrics, settings, search_request)
-    plan = _plan_row(request, resolved, result, versions, digest)
+    plan = _plan_row(request, resolved, result, versions, digest, owner)
     try:
         repository.add(session, plan)
     except IntegrityError:
@@ -266,29 +280,32 @@ def _search_and_add(
     return PlanOutcome(plan_document(plan), created=True, release=release)
 
 
-def _unknown_plan(session: Session, plan_id: str) -> Problem:
-    return not_found("plan", plan_id, repository.ids_starting_with(session, plan_id[:8]))
+def _unknown_plan(session: Session, plan_id: str, access: Access) -> Problem:
+    """A 404; another owner's plan is answered exactly as an unknown one, and the suggestions
+    are only plans the caller may see."""
+    return not_found("plan", plan_id, repository.ids_starting_with(session, plan_id[:8], access=access))
 
 
-def get_plan(session: Session, plan_id: str) -> schemas.Plan:
-    plan = repository.get(session, plan_id)
+def get_plan(session: Session, plan_id: str, access: Access = ANYONE) -> schemas.Plan:
+    plan = repository.get(session, plan_id, access)
     if plan is None:
-        raise _unknown_plan(session, plan_id)
+        raise _unknown_plan(session, plan_id, access)
     return plan_document(plan)
 
 
-def delete_plan(session: Session, plan_id: str) -> None:
-    plan = repository.get(session, plan_id)
+def delete_plan(session: Session, plan_id: str, access: Access = ANYONE) -> None:
+    plan = repository.get(session, plan_id, access)
     if plan is None:
-        raise _unknown_plan(session, plan_id)
+        raise _unknown_plan(session, plan_id, access)
     repository.delete(session, plan)
 
 
 def list_plans(
-    session: Session, limit: int, cursor: str | None, model: str | None, cluster: str | None, status: str | None
+    session: Session, limit: int, cursor: str | None, model: str | None, cluster: str | None, status: str | None,
+    access: Access = ANYONE,
 ) -> schemas.PlanList:
     after = decode_cursor(cursor) if cursor else None
-    rows = repository.page(session, limit + 1, after, model=model, cluster=cluster, status=status)
+    rows = repository.page(session, limit + 1, after, model=model, cluster=cluster, status=status, access=access)
     page, more = rows[:limit], len(rows) > limit
     best = repository.best_candidates(session, [plan.id for plan in page])
     items = [
@@ -309,16 +326,18 @@ def list_plans(
     return schemas.PlanList.model_validate({"items": items, "next_cursor": encode_cursor(page[-1]) if more else None})
 
 
-def export_candidate(session: Session, plan_id: str, export_format: str, candidate: int) -> schemas.PlanExport:
+def export_candidate(
+    session: Session, plan_id: str, export_format: str, candidate: int, access: Access = ANYONE
+) -> schemas.PlanExport:
     """Candidate ``candidate`` (0: the best) of a stored plan as ``export_format``'s launch
     config (``solver.frameworks``), with the exported configuration's prediction: the plan's
     own when the export is exact, else the nearest configuration evaluated on the plan's
     snapshot (model, cluster, GPU and measured profile as they were planned)."""
     if candidate < 0:
         raise invalid_field("query.candidate", "must be at least 0 (0 is the best)")
-    plan = repository.get(session, plan_id)
+    plan = repository.get(session, plan_id, access)
     if plan is None:
-        raise _unknown_plan(session, plan_id)
+        raise _unknown_plan(session, plan_id, access)
     document = plan_document(plan)
     session.rollback()  # the read is over: release the connection before computing
     if candidate >= len(document.candidates):

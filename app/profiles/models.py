@@ -27,3 +27,6 @@ class Profile(Base):
     seq_length: Mapped[int] = mapped_column(Integer)
     tp_size: Mapped[int] = mapped_column(Integer)
     document: Mapped[dict[str, Any]] = mapped_column(JsonDocument)
+    # The API token (app.tokens) that created it; null when authentication was off. Not indexed:
+    # a handful of profiles per model, and tests/test_profile_api.py pins this table's indexes.
+    owner_token_id: Mapped[str | None] = mapped_column(String(36), nullable=True)

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.core.db import utc_now
+from app.core.ownership import ANYONE, Access
 from app.core.pagination import decode_cursor, encode_cursor
 from app.core.problems import Problem, from_spec_error, invalid_field, not_found
 from app.profiles import repository
@@ -51,8 +52,9 @@ def validate(raw: Any) -> ProfileDocument:
         raise from_spec_error(error, "body") from None
 
 
-def create_profile(session: Session, raw: Any) -> dict[str, Any]:
-    """Validate and store a document; returns the stored profile (normalised document)."""
+def create_profile(session: Session, raw: Any, access: Access = ANYONE) -> dict[str, Any]:
+    """Validate and store a document, owned by ``access.owner``; returns the stored profile
+    (normalised document)."""
     document = validate(raw)
     profile = document.profile
     row = Profile(
@@ -65,32 +67,35 @@ def create_profile(session: Session, raw: Any) -> dict[str, Any]:
         seq_length=profile.seq_length,
         tp_size=profile.tp_size,
         document=profile_document(document),
+        owner_token_id=access.owner,
     )
     repository.add(session, row)
     return _full(row)
 
 
-def _unknown(session: Session, profile_id: str) -> Problem:
-    return not_found("profile", profile_id, repository.ids_starting_with(session, profile_id[:8]))
+def _unknown(session: Session, profile_id: str, access: Access) -> Problem:
+    return not_found("profile", profile_id, repository.ids_starting_with(session, profile_id[:8], access))
 
 
-def get_profile(session: Session, profile_id: str) -> dict[str, Any]:
-    row = repository.get(session, profile_id)
+def get_profile(session: Session, profile_id: str, access: Access = ANYONE) -> dict[str, Any]:
+    row = repository.get(session, profile_id, access)
     if row is None:
-        raise _unknown(session, profile_id)
+        raise _unknown(session, profile_id, access)
     return _full(row)
 
 
-def delete_profile(session: Session, profile_id: str) -> None:
-    row = repository.get(session, profile_id)
+def delete_profile(session: Session, profile_id: str, access: Access = ANYONE) -> None:
+    row = repository.get(session, profile_id, access)
     if row is None:
-        raise _unknown(session, profile_id)
+        raise _unknown(session, profile_id, access)
     repository.delete(session, row)
 
 
-def list_profiles(session: Session, limit: int, cursor: str | None, model: str | None) -> dict[str, Any]:
+def list_profiles(
+    session: Session, limit: int, cursor: str | None, model: str | None, access: Access = ANYONE
+) -> dict[str, Any]:
     after = decode_cursor(cursor) if cursor else None
-    rows = repository.page(session, limit + 1, after, model=model)
+    rows = repository.page(session, limit + 1, after, model=model, access=access)
     page, more = rows[:limit], len(rows) > limit
     return {"items": [_summary(row) for row in page], "next_cursor": encode_cursor(page[-1]) if more else None}
 
@@ -103,15 +108,17 @@ SHAPE_FIELDS = (
 )
 
 
-def measured_profile(session: Session, profile_id: str, model: ModelSpec, field: str = "body.profile_id") -> ProfileDocument:
-    """The stored profile ``profile_id`` for planning ``model``.
+def measured_profile(
+    session: Session, profile_id: str, model: ModelSpec, field: str = "body.profile_id", access: Access = ANYONE
+) -> ProfileDocument:
+    """The stored profile ``profile_id`` (one ``access`` may see) for planning ``model``.
 
-    A 422 naming ``field`` when no such profile exists or it was measured for a model of another
-    shape (its layers would not describe this model's layers).
+    A 422 naming ``field`` when no such profile exists (or it is another owner's) or it was
+    measured for a model of another shape (its layers would not describe this model's layers).
     """
-    row = repository.get(session, profile_id)
+    row = repository.get(session, profile_id, access)
     if row is None:
-        suggestions = repository.ids_starting_with(session, profile_id[:8])
+        suggestions = repository.ids_starting_with(session, profile_id[:8], access)
         raise invalid_field(field, f"no profile with id {profile_id!r}", suggestions or None)
     document = parse_profile_document(row.document)
     for name in SHAPE_FIELDS:

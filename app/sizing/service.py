@@ -11,6 +11,7 @@ from app.catalog.schemas import ModelSpecIn
 from app.catalog.service import resolve
 from app.core.config import Settings
 from app.core.metrics import Metrics
+from app.core.ownership import ANYONE, Access
 from app.core.problems import Problem, from_spec_error, invalid_field
 from app.core.single_flight import SingleFlight
 from app.core.solver_pool import InlineSolver, SolverPool, SolverSaturated, SolverUnavailable
@@ -91,9 +92,11 @@ def create_sizing(
     versions: Versions,
     body: schemas.SizingRequest,
     flights: SingleFlight | None = None,
+    access: Access = ANYONE,
 ) -> tuple[schemas.Sizing, Callable[[], None]]:
-    """Size and plan; the plan is flushed in ``session`` for the caller to commit and then to
-    call the returned release (which wakes identical plan requests waiting for it)."""
+    """Size and plan; the plan (owned by ``access.owner``) is flushed in ``session`` for the
+    caller to commit and then to call the returned release (which wakes identical plan requests
+    waiting for it)."""
     _check(body)
     time_budget_s = min(body.time_budget_s or settings.plan_time_budget_s, settings.plan_time_budget_s)
     try:
@@ -135,7 +138,7 @@ def create_sizing(
             gpu_hour_price_usd=body.gpu_hour_price_usd if body.gpu_hour_price_usd is not None else (catalog_usd if borrowed else None),
             time_budget_s=body.time_budget_s, profile_id=None,
         )
-        outcome = plans_service.create_plan(session, pool, metrics, settings, versions, plan_request, flights)
+        outcome = plans_service.create_plan(session, pool, metrics, settings, versions, plan_request, flights, access)
         plan, release = outcome.document, outcome.release
     return _document(body, sized, plan, num_gpus, price_usd, budget_gpu_s), release
 

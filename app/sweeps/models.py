@@ -24,6 +24,8 @@ class Sweep(Base):
     num_points: Mapped[int] = mapped_column(Integer)
     request: Mapped[dict[str, Any]] = mapped_column(JsonDocument)
     analysis: Mapped[dict[str, Any]] = mapped_column(JsonDocument)
+    # The API token (app.tokens) that created it; null when authentication was off.
+    owner_token_id: Mapped[str | None] = mapped_column(String(36), index=True, nullable=True)
 
     points: Mapped[list["SweepPoint"]] = relationship(
         back_populates="sweep",

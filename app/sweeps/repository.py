@@ -5,11 +5,14 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from app.core.ownership import ANYONE, Access
 from app.sweeps.models import Sweep
 
 
-def get(session: Session, sweep_id: str) -> Sweep | None:
-    return session.scalars(select(Sweep).where(Sweep.id == sweep_id).options(selectinload(Sweep.points))).one_or_none()
+def get(session: Session, sweep_id: str, access: Access = ANYONE) -> Sweep | None:
+    """The sweep ``sweep_id`` if ``access`` may see it (another owner's is None, as an unknown one)."""
+    query = select(Sweep).where(Sweep.id == sweep_id).options(selectinload(Sweep.points))
+    return session.scalars(access.visible(query, Sweep.owner_token_id)).one_or_none()
 
 
 def add(session: Session, sweep: Sweep) -> None:
@@ -18,10 +21,10 @@ def add(session: Session, sweep: Sweep) -> None:
     session.flush()
 
 
-def ids_starting_with(session: Session, prefix: str, limit: int = 3) -> list[str]:
+def ids_starting_with(session: Session, prefix: str, limit: int = 3, access: Access = ANYONE) -> list[str]:
+    """Up to ``limit`` ids of sweeps ``access`` may see that start with ``prefix`` (never another owner's)."""
     if not prefix:
         return []
     escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return list(
-        session.scalars(select(Sweep.id).where(Sweep.id.like(f"{escaped}%", escape="\\")).order_by(Sweep.id).limit(limit))
-    )
+    query = access.visible(select(Sweep.id).where(Sweep.id.like(f"{escaped}%", escape="\\")), Sweep.owner_token_id)
+    return list(session.scalars(query.order_by(Sweep.id).limit(limit)))

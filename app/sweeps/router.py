@@ -7,9 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Request, Response, status
 
 from app.core.deps import MetricsDep, SessionDep, SettingsDep, SolverPoolDep
-from app.core.openapi import PROBLEM_RESPONSES, SOLVER_RESPONSES
+from app.core.openapi import PROBLEM_RESPONSES, QUOTA_RESPONSES, SOLVER_RESPONSES
 from app.sweeps import service
 from app.sweeps.schemas import Sweep, SweepRequest
+from app.tokens.auth import ReadAccess, SolveAccess
 
 router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"], responses=PROBLEM_RESPONSES)
 
@@ -30,7 +31,7 @@ SVG_RESPONSE: dict[int | str, dict[str, Any]] = {
     operation_id="create_sweep",
     response_model=Sweep,
     status_code=status.HTTP_201_CREATED,
-    responses={**SOLVER_RESPONSES},
+    responses={**SOLVER_RESPONSES, **QUOTA_RESPONSES},
 )
 def create_sweep(
     body: SweepRequest,
@@ -40,13 +41,14 @@ def create_sweep(
     pool: SolverPoolDep,
     metrics: MetricsDep,
     settings: SettingsDep,
+    access: SolveAccess,
 ) -> Sweep:
     """Plan every point of the grid (each point's best plan is stored as an ordinary plan and
     linked), then fit the scaling curves and find the Pareto front. Runs within the request;
     an infeasible point is a result, not an error."""
     document = service.create_sweep(
         session, request.app.state.sessionmaker, pool, metrics, settings, request.app.state.versions, body,
-        request.app.state.single_flight,
+        request.app.state.single_flight, access,
     )
     session.commit()
     response.headers["Location"] = f"/v1/sweeps/{document.id}"
@@ -54,23 +56,23 @@ def create_sweep(
 
 
 @router.get("/{sweep_id}", operation_id="get_sweep", response_model=Sweep)
-def get_sweep(sweep_id: str, session: SessionDep) -> Sweep:
-    return service.get_sweep(session, sweep_id)
+def get_sweep(sweep_id: str, session: SessionDep, access: ReadAccess) -> Sweep:
+    return service.get_sweep(session, sweep_id, access)
 
 
 @router.get(
     "/{sweep_id}/charts/scaling.svg", operation_id="get_sweep_scaling_chart", response_class=SvgResponse,
     responses=SVG_RESPONSE,
 )
-def scaling_chart(sweep_id: str, session: SessionDep) -> SvgResponse:
+def scaling_chart(sweep_id: str, session: SessionDep, access: ReadAccess) -> SvgResponse:
     """Time to train against GPUs (log-log), per cluster, with the fitted power laws."""
-    return SvgResponse(service.scaling_svg(session, sweep_id))
+    return SvgResponse(service.scaling_svg(session, sweep_id, access))
 
 
 @router.get(
     "/{sweep_id}/charts/pareto.svg", operation_id="get_sweep_pareto_chart", response_class=SvgResponse,
     responses=SVG_RESPONSE,
 )
-def pareto_chart(sweep_id: str, session: SessionDep) -> SvgResponse:
+def pareto_chart(sweep_id: str, session: SessionDep, access: ReadAccess) -> SvgResponse:
     """Cost against time to train of every priced point, with the Pareto front."""
-    return SvgResponse(service.pareto_svg(session, sweep_id))
+    return SvgResponse(service.pareto_svg(session, sweep_id, access))

@@ -21,6 +21,7 @@ from app.catalog.service import find_entry, resolve
 from app.core.config import Settings
 from app.core.db import utc_now
 from app.core.metrics import Metrics
+from app.core.ownership import ANYONE, Access
 from app.core.problems import Problem, from_spec_error, invalid_field, not_found
 from app.core.single_flight import SingleFlight
 from app.core.solver_pool import InlineSolver, SolverPool
@@ -164,6 +165,7 @@ def _plan_all(
     settings: Settings,
     versions: Versions,
     flights: SingleFlight | None,
+    access: Access = ANYONE,
 ) -> list[Plan | None]:
     """Each plannable point's plan, committed as it is found, as many at once as the pool has
     solver processes. A point's error (422, 503) is the sweep's: the plans already found stay
@@ -174,7 +176,7 @@ def _plan_all(
             return None
         session = session_factory()
         try:
-            outcome = plans_service.create_plan(session, pool, metrics, settings, versions, task.plan_request, flights)
+            outcome = plans_service.create_plan(session, pool, metrics, settings, versions, task.plan_request, flights, access)
             try:
                 session.commit()
             finally:
@@ -294,15 +296,17 @@ def create_sweep(
     versions: Versions,
     body: schemas.SweepRequest,
     flights: SingleFlight | None = None,
+    access: Access = ANYONE,
 ) -> schemas.Sweep:
     """Plan every point and store the sweep (flushed in ``session``, for the caller to commit).
-    Each point's plan is committed by its own session as it is found."""
+    Each point's plan is committed by its own session as it is found. The sweep and its plans
+    are owned by ``access.owner``."""
     grid = _grid(body)
     clusters = _clusters(body)
     prices = _prices(session, body, clusters)
     tasks = _tasks(session, body, grid, prices)
     session.rollback()  # no transaction is held while the points are planned
-    plans = _plan_all(tasks, session_factory, pool, metrics, settings, versions, flights)
+    plans = _plan_all(tasks, session_factory, pool, metrics, settings, versions, flights, access)
     results = [_point_result(task, plan, prices[task.point.cluster]) for task, plan in zip(tasks, plans)]
     analysis = analyse(results, body.efficiency_threshold)
     model_name = body.model if isinstance(body.model, str) else body.model.name
@@ -313,6 +317,7 @@ def create_sweep(
         num_points=len(tasks),
         request=body.model_dump(mode="json", exclude_none=True),
         analysis=_analysis_document(analysis, prices),
+        owner_token_id=access.owner,
     )
     for index, (task, plan, result) in enumerate(zip(tasks, plans, results)):
         sweep.points.append(
@@ -330,15 +335,15 @@ def create_sweep(
     return sweep_document(sweep)
 
 
-def _stored(session: Session, sweep_id: str) -> Sweep:
-    sweep = repository.get(session, sweep_id)
+def _stored(session: Session, sweep_id: str, access: Access) -> Sweep:
+    sweep = repository.get(session, sweep_id, access)
     if sweep is None:
-        raise not_found("sweep", sweep_id, repository.ids_starting_with(session, sweep_id[:8]))
+        raise not_found("sweep", sweep_id, repository.ids_starting_with(session, sweep_id[:8], access=access))
     return sweep
 
 
-def get_sweep(session: Session, sweep_id: str) -> schemas.Sweep:
-    return sweep_document(_stored(session, sweep_id))
+def get_sweep(session: Session, sweep_id: str, access: Access = ANYONE) -> schemas.Sweep:
+    return sweep_document(_stored(session, sweep_id, access))
 
 
 def analysis_of(document: schemas.Sweep) -> tuple[SweepAnalysis, list[PointResult]]:
@@ -366,11 +371,11 @@ def model_name(document: schemas.Sweep) -> str:
     return model if isinstance(model, str) else model.name
 
 
-def scaling_svg(session: Session, sweep_id: str) -> str:
-    document = get_sweep(session, sweep_id)
+def scaling_svg(session: Session, sweep_id: str, access: Access = ANYONE) -> str:
+    document = get_sweep(session, sweep_id, access)
     return scaling_chart(analysis_of(document)[0], model_name(document))
 
 
-def pareto_svg(session: Session, sweep_id: str) -> str:
-    document = get_sweep(session, sweep_id)
+def pareto_svg(session: Session, sweep_id: str, access: Access = ANYONE) -> str:
+    document = get_sweep(session, sweep_id, access)
     return pareto_chart(analysis_of(document)[1], document.pareto_front, model_name(document))
