@@ -371,3 +371,16 @@ def test_with_authentication_off_tokens_are_optional_and_ignored(api):
     assert spec["paths"]["/v1/plans"]["post"]["security"] == [{"bearer": []}, {}]
     response = api.get("/v1/catalog/models/gpt3-350m", headers={"Authorization": "Bearer ptk_anything"})
     assert response.status_code == 200
+
+
+def test_the_plan_viewer_pages_take_a_token_and_show_only_the_owners_plans(anonymous, make_caller):
+    alice, bob = make_caller(Scope.PLAN), make_caller(Scope.READ)
+    plan_id = alice.http.post("/v1/plans", json=plan_body(top_k=4)).json()["id"]
+    assert_problem(anonymous.get("/plans"), 401)
+    assert_problem(anonymous.get(f"/plans/{plan_id}"), 401)
+    page = alice.http.get(f"/plans/{plan_id}")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert plan_id in alice.http.get("/plans").text
+    assert_problem(bob.http.get(f"/plans/{plan_id}"), 404)
+    listing = bob.http.get("/plans")
+    assert listing.status_code == 200 and plan_id not in listing.text
