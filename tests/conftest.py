@@ -149,6 +149,20 @@ def live_server(database_url: str) -> Iterator[LiveServer]:
         server.stop()
 
 
+# Searches one token may run at once on auth_server (PARTITURA_QUOTA_CONCURRENT_SOLVES).
+AUTH_CONCURRENT_SOLVES = 2
+
+
+@pytest.fixture(scope="session")
+def auth_server(database_url: str) -> Iterator[LiveServer]:
+    """The app with API tokens required (PARTITURA_AUTH=required) on the same database."""
+    server = start_server(server_settings(database_url, auth_mode="required", quota_concurrent_solves=AUTH_CONCURRENT_SOLVES))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def api(live_server: LiveServer) -> Iterator[httpx.Client]:
     """An HTTP client on the live server of the current backend."""

@@ -2,7 +2,7 @@
 a server that requires tokens (PARTITURA_AUTH=required) on the same database as the other tests.
 
 A token is created in the database as `partitura token create` does; requests send it as
-``Authorization: Bearer <token>``. Every token here is new, so what it owns is this test's alone.
+``Authorization: Bearer <token>``. Every token here is new, so what it owns is this test's alone. ``auth_server`` is in conftest.
 """
 
 from __future__ import annotations
@@ -24,20 +24,10 @@ from app.sweeps.models import Sweep
 from app.tokens import service
 from app.tokens.models import ApiToken
 from app.tokens.scopes import Scope
-from conftest import LiveServer, assert_problem, server_settings, start_server, unique_name
+from conftest import AUTH_CONCURRENT_SOLVES, LiveServer, assert_problem, unique_name
 
 RETRY_AFTER_S = 7  # server_settings' retry_after_s
-CONCURRENT_SOLVES = 2
-
-
-@pytest.fixture(scope="session")
-def auth_server(database_url: str) -> Iterator[LiveServer]:
-    """The app with authentication required, on the current backend's test database."""
-    server = start_server(server_settings(database_url, auth_mode="required", quota_concurrent_solves=CONCURRENT_SOLVES))
-    try:
-        yield server
-    finally:
-        server.stop()
+CONCURRENT_SOLVES = AUTH_CONCURRENT_SOLVES
 
 
 @pytest.fixture
