@@ -4,6 +4,8 @@ where its ranks sit, the search, the framework rules and the API."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import catalog
@@ -21,7 +23,7 @@ from solver.cost.comm import (
 )
 from solver.cost.evaluate import evaluate
 from solver.cost.profile import ProfileShape
-from solver.frameworks import framework_violations
+from solver.frameworks import ExportFormat, PlanToExport, export_plan, framework_violations
 from solver.search.loop import search
 from solver.search.request import Constraints, SearchRequest
 from solver.spec.errors import SpecError
@@ -218,6 +220,24 @@ def test_megatron_and_torchtitan_run_cp_deepspeed_and_fsdp_do_not():
         assert [v.rule for v in framework_violations(parallel, framework)] == [Rule.FRAMEWORK_CP]
     ev = evaluate(LLAMA3_8B, H100_16, LONG, ParallelConfig(dp_size=2, tp_size=2, cp_size=4, zero_stage=ZeroStage.OS_G), framework=Framework.FSDP)
     assert not ev.feasible and Rule.FRAMEWORK_CP in [v.rule for v in ev.violations]
+
+
+def test_exports_carry_cp_where_the_framework_runs_it():
+    plan = PlanToExport(LLAMA3_8B, LONG, ParallelConfig(dp_size=2, tp_size=2, cp_size=4, micro_batch_size=1, sequence_parallel=True), 8)
+    megatron = export_plan(plan, ExportFormat.MEGATRON)
+    assert megatron.exact and "--context-parallel-size 4" in megatron.files[0].text
+    # torchtitan shards with FSDP2 over dp x cp whenever cp > 1 (ParallelDims.fsdp_enabled).
+    torchtitan = export_plan(plan, ExportFormat.TORCHTITAN)
+    assert [(d.field, d.planned, d.exported) for d in torchtitan.differences] == [("parallel.zero_stage", "0", "2")]
+    assert torchtitan.parallel.cp_size == 4 and "context_parallel_degree = 4" in torchtitan.files[0].text
+    # DeepSpeed: the same 16 GPUs as 8 data-parallel replicas of whole sequences.
+    deepspeed = export_plan(plan, ExportFormat.DEEPSPEED)
+    assert (deepspeed.parallel.cp_size, deepspeed.parallel.dp_size, deepspeed.parallel.num_gpus) == (1, 8, 16)
+    assert [d.field for d in deepspeed.differences][:2] == ["parallel.cp_size", "parallel.dp_size"]
+    # 12 sequences do not divide over 8 replicas: the batch rounds down to 8, named.
+    odd = dataclasses.replace(plan, training=dataclasses.replace(LONG, global_batch_size=12), parallel=dataclasses.replace(plan.parallel, dp_size=2))
+    folded = export_plan(odd, ExportFormat.DEEPSPEED)
+    assert ("training.global_batch_size", "12", "8") in [(d.field, d.planned, d.exported) for d in folded.differences]
 
 
 # --------------------------------------------------------------------------- search

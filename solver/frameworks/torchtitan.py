@@ -3,7 +3,10 @@
 Data parallelism is FSDP2 (``data_parallel_shard_degree``): parameters resharded after
 forward is ZeRO-3 (``fsdp_reshard_after_forward = "always"``), kept until backward is ZeRO-2
 (``"never"``); there is no optimizer-state-only sharding (ZeRO-1), and plain replication (DDP,
-``data_parallel_replicate_degree`` alone) only without tensor or pipeline parallelism. Its
+``data_parallel_replicate_degree`` alone) only without tensor, pipeline or context
+parallelism. Context parallelism (``context_parallel_degree``) is ring attention with the
+load-balanced split, and FSDP2 shards over the data- and context-parallel ranks together
+(its ``dp_shard_cp`` mesh). Its
 tensor parallelism always shards the norms' activations over the sequence (sequence
 parallelism). Pipelines take any layer split (``module_fqns_per_model_part``: the modules of
 each model chunk, pipeline order) and interleave with ``Interleaved1F1B``. Activation
@@ -47,12 +50,17 @@ def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, TrainingSpec, tupl
     parallel, training = plan.parallel, plan.training
     out: list[Difference] = []
     replicated_only = parallel.tp_size == 1 and parallel.pp_size == 1
-    if parallel.zero_stage == ZeroStage.OS or (parallel.zero_stage == ZeroStage.NONE and not replicated_only and parallel.dp_size > 1):
-        why = (
-            "torchtitan has no optimizer-state-only sharding"
-            if parallel.zero_stage == ZeroStage.OS
-            else "torchtitan replicates (DDP) only without tensor or pipeline parallelism"
-        )
+    # With context parallelism torchtitan always shards with FSDP2 over dp_shard x cp
+    # (ParallelDims.fsdp_enabled is dp_shard > 1 or cp > 1): no replicated-only run.
+    context_parallel = parallel.cp_size > 1
+    replicated = parallel.zero_stage == ZeroStage.NONE and parallel.dp_cp_size > 1 and (not replicated_only or context_parallel)
+    if parallel.zero_stage == ZeroStage.OS or replicated:
+        if parallel.zero_stage == ZeroStage.OS:
+            why = "torchtitan has no optimizer-state-only sharding"
+        elif context_parallel:
+            why = "torchtitan shards with FSDP2 over its data- and context-parallel ranks whenever cp_size > 1"
+        else:
+            why = "torchtitan replicates (DDP) only without tensor or pipeline parallelism"
         out.append(differs(
             "parallel.zero_stage", int(parallel.zero_stage), 2,
             f"{why}; FSDP2 keeping parameters gathered from forward to backward (ZeRO-2) needs no more memory",
