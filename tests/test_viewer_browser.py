@@ -6,7 +6,9 @@ the JSON's per-stage numbers; a full-page screenshot of each page is written und
 temporary directory and checked for size and content.
 
 Without a Chromium (or Playwright) the tests are skipped locally; in CI (``CI`` set), where
-``.ci/run`` installs Chromium, they fail instead. ``PARTITURA_CHROMIUM`` names another binary.
+``.ci/run`` installs Chromium, they fail instead. ``PARTITURA_CHROMIUM`` names another binary;
+``PARTITURA_VIEWER_SCREENSHOT=docs/plan-viewer.png`` keeps the interleaved plan's screenshot
+(the README's picture).
 """
 
 from __future__ import annotations
@@ -200,6 +202,9 @@ def test_plan_pages_in_chromium(browser, server, plans, tmp_path):
                 assert bubble is not None and f"{candidate['prediction']['breakdown_s']['bubble_s'] * 1e3:,.1f} ms" in bubble
                 if index == 0:
                     check_screenshot(browser, visit, tmp_path / f"plan-{name}.png")
+                    if name == "interleaved" and os.environ.get("PARTITURA_VIEWER_SCREENSHOT"):
+                        # README's picture: PARTITURA_VIEWER_SCREENSHOT=docs/plan-viewer.png
+                        shutil.copyfile(tmp_path / f"plan-{name}.png", os.environ["PARTITURA_VIEWER_SCREENSHOT"])
             finally:
                 visit.close()
 

@@ -195,7 +195,7 @@ def memory_svg(stages: list[PipelineStage], capacity_gib: float, usable_gib: flo
     scale = plot_px / top_gib
     base_y = plot_top + plot_px
     parts = ["<defs>", _pattern_defs("mem", MEMORY_KINDS), "</defs>"]
-    step_gib = nice_step(top_gib, 4)
+    step_gib = nice_step(top_gib, 6)
     for i in range(int(top_gib / step_gib) + 1):
         gib = i * step_gib
         y = base_y - gib * scale

@@ -94,7 +94,8 @@ def parallel_words(parallel: dict) -> str:
             if value:
                 words.append("sequence parallel")
         elif key.endswith("_size"):
-            words.append(f"{key.removesuffix('_size')} {value}")
+            if value != 1 or key in ("dp_size", "tp_size", "pp_size"):  # another dimension only where it splits
+                words.append(f"{key.removesuffix('_size')} {value}")
         else:
             words.append(f"{key.replace('_', ' ')} {value}")
     return " · ".join(words)
