@@ -22,7 +22,7 @@ from solver.cost.comm import (
     ring_exchange_s,
 )
 from solver.cost.evaluate import evaluate
-from solver.cost.profile import ProfileShape
+from solver.cost.profile import Origin, ProfileShape
 from solver.frameworks import ExportFormat, PlanToExport, export_plan, framework_violations
 from solver.search.loop import search
 from solver.search.request import Constraints, SearchRequest
@@ -207,6 +207,22 @@ def test_long_sequences_fit_only_with_context_parallelism():
     split = evaluate(LLAMA3_8B, cluster, training, ParallelConfig(dp_size=1, tp_size=8, cp_size=8, zero_stage=ZeroStage.OS_G_P))
     assert not whole.feasible and split.feasible
     assert split.peak_bytes < whole.peak_bytes / 4
+
+
+def test_a_measured_profile_is_carried_to_cp_by_the_analytic_ratios():
+    """A measurement (one GPU, no CP) equal to the analytic profile predicts, at cp 4, what the
+    analytic model predicts there: its times and bytes scale by the analytic cp-4 / cp-1 ratios,
+    and the ring exchange, which one GPU cannot measure, comes from the analytic model."""
+    base = analytic_profile(LLAMA3_8B, H100_16, LONG, ProfileShape(2, 1, True, 1))
+    measured = dataclasses.replace(  # measured with sequence parallelism, as the shape says
+        base, sequence_parallel=True, layers=tuple(dataclasses.replace(layer, origin=Origin.MEASURED) for layer in base.layers)
+    )
+    parallel = ParallelConfig(dp_size=2, tp_size=2, cp_size=4, zero_stage=ZeroStage.OS, sequence_parallel=True)
+    analytic = evaluate(LLAMA3_8B, H100_16, LONG, parallel)
+    carried = evaluate(LLAMA3_8B, H100_16, LONG, parallel, profile=measured)
+    assert carried.prediction.step_time_s == pytest.approx(analytic.prediction.step_time_s, rel=1e-9)
+    assert carried.peak_bytes == pytest.approx(analytic.peak_bytes, rel=1e-9)
+    assert set(carried.profile_origins.values()) == {"derived"}
 
 
 # --------------------------------------------------------------------------- frameworks
