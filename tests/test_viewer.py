@@ -6,6 +6,7 @@ the same pages in Chromium."""
 
 from __future__ import annotations
 
+import copy
 import re
 from collections import Counter
 from html.parser import HTMLParser
@@ -13,6 +14,9 @@ from html.parser import HTMLParser
 import httpx
 import pytest
 
+from app.plans.schemas import Plan
+from app.viewer.charts import MAX_DRAWN_PASSES
+from app.viewer.pages import plan_page
 from app.viewer.schedule import Pass, pipeline_schedule
 from conftest import LiveServer, assert_problem, error_fields
 from solver.cost.memory import in_flight_micro_batches
@@ -31,6 +35,11 @@ ONE_F_ONE_B_BODY = {
     "training": {"global_batch_size": 32, "seq_length": 2048, "train_tokens": 3e11},
     "constraints": {"tp_size": 4, "pp_size": 2, "virtual_stages": 1, "max_memory_fraction": 0.9},
     "top_k": 3,
+}
+# A small sweep: the whole of it plans in about a second (as tests/test_sweep_api.py's).
+SWEEP_BODY = {
+    "model": "gpt3-125m", "cluster": ["dgx-a100-80gb", "dgx-h100-x1"], "num_gpus": [2, 4, 8],
+    "training": {"global_batch_size": 32, "seq_length": 1024, "train_tokens": 1e9}, "objective": "min_time_to_train",
 }
 INFEASIBLE_BODY = {
     "model": "gpt3-175b", "cluster": "dgx-a100-80gb-x1", "num_gpus": 8,
@@ -199,6 +208,20 @@ def test_the_drawn_schedule_takes_the_cost_models_slots(plans):
         assert (schedule.total_slots - m) * slot_s == pytest.approx(breakdown["bubble_s"], rel=1e-9)
 
 
+def test_a_schedule_too_large_to_draw_is_told_in_words(plans):
+    """Past MAX_DRAWN_PASSES chunk passes the timeline is a sentence, not thousands of bars; the
+    bubble is still printed from the JSON."""
+    document = copy.deepcopy(plans["interleaved"])
+    document["request"]["training"]["global_batch_size"] = 64 * 1024  # 8,192 micro-batches of dp 2 x mbs 4
+    html = plan_page(Plan.model_validate(document), 0)
+    parsed = Elements(html)
+    assert not parsed.with_class("pass") and 'id="timeline-too-large"' in html
+    assert f"{2 * 4 * 2 * 8192:,} forward and backward passes are too many to draw" in " ".join(parsed.text)
+    bubble = document["best"]["prediction"]["breakdown_s"]["bubble_s"]
+    assert f"{bubble * 1e3:,.1f} ms" in " ".join(parsed.text)
+    assert 2 * 4 * 2 * 8192 > MAX_DRAWN_PASSES
+
+
 def test_an_infeasible_plan_renders_its_explanation(api, plans):
     plan = plans["infeasible"]
     assert plan["status"] == "infeasible"
@@ -236,6 +259,37 @@ def test_the_list_page_filters_like_the_api(api, plans):
     assert page(api, "/plans", model="no-such-model").with_class("plan") == []
 
 
+@pytest.fixture(scope="module")
+def sweep(live_server: LiveServer) -> dict:
+    with httpx.Client(base_url=live_server.base_url, timeout=120.0) as client:
+        response = client.post("/v1/sweeps", json=SWEEP_BODY)
+        assert response.status_code == 201, response.text
+        return response.json()
+
+
+def test_the_sweep_page_shows_its_charts_and_links_every_plan(api, sweep):
+    parsed = page(api, f"/sweeps/{sweep['id']}")
+    charts = [a["data-chart"] for tag, a in parsed.tags if tag == "svg"]
+    assert charts == ["scaling", "pareto"]
+    ids = [a["id"] for _tag, a in parsed.tags if "id" in a]
+    assert len(ids) == len(set(ids))  # the two charts' ids do not collide
+    # The charts are the API's own SVG, inline: the same series.
+    scaling = api.get(sweep["charts"]["scaling_svg"]).text
+    assert len(parsed.with_class("series")) == scaling.count('class="series"') + api.get(sweep["charts"]["pareto_svg"]).text.count('class="series"')
+    rows = parsed.with_class("point")
+    assert [int(r["data-point"]) for r in rows] == [p["index"] for p in sweep["points"]]
+    links = {a["href"] for tag, a in parsed.tags if tag == "a"}
+    planned = [p["plan_id"] for p in sweep["points"] if p["plan_id"]]
+    assert planned and {f"/plans/{plan_id}" for plan_id in planned} <= links
+    text = " ".join(parsed.text)
+    for series in sweep["series"]:
+        if series["fit"] is not None:
+            assert f"{series['fit']['b']:.3f}" in text
+    for plan_id in planned[:2]:
+        assert api.get(f"/plans/{plan_id}").status_code == 200
+    assert_problem(api.get("/sweeps/no-such-sweep"), 404)
+
+
 def test_the_pages_are_not_api_operations(api):
     paths = api.get("/openapi.json").json()["paths"]
-    assert not [path for path in paths if not path.startswith("/v1/") and path.startswith("/plans")]
+    assert not [path for path in paths if path.startswith(("/plans", "/sweeps"))]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_viewer import INFEASIBLE_BODY, INTERLEAVED_BODY, ONE_F_ONE_B_BODY, create_plan, micro_batches
+from test_viewer import INFEASIBLE_BODY, INTERLEAVED_BODY, ONE_F_ONE_B_BODY, SWEEP_BODY, create_plan, micro_batches
 
 from app.core.migrate import upgrade
 from conftest import LiveServer, server_settings, start_server
@@ -62,6 +62,14 @@ def plans(server: LiveServer) -> dict[str, dict]:
             "1f1b": create_plan(client, ONE_F_ONE_B_BODY),
             "infeasible": create_plan(client, INFEASIBLE_BODY),
         }
+
+
+@pytest.fixture(scope="module")
+def sweep(server: LiveServer) -> dict:
+    with httpx.Client(base_url=server.base_url, timeout=120.0) as client:
+        response = client.post("/v1/sweeps", json=SWEEP_BODY)
+        assert response.status_code == 201, response.text
+        return response.json()
 
 
 @pytest.fixture(scope="module")
@@ -222,16 +230,25 @@ def test_switching_candidates_by_link(browser, server, plans):
         visit.close()
 
 
-def test_infeasible_and_list_pages_in_chromium(browser, server, plans, tmp_path):
+def test_infeasible_list_and_sweep_pages_in_chromium(browser, server, plans, sweep, tmp_path):
     plan = plans["infeasible"]
-    for name, path in {"infeasible": f"/plans/{plan['id']}", "list": "/plans"}.items():
+    pages = {"infeasible": f"/plans/{plan['id']}", "list": "/plans", "sweep": f"/sweeps/{sweep['id']}"}
+    for name, path in pages.items():
         visit = Visit(browser, server.base_url + path)
         try:
             check_loads_cleanly(visit, server.base_url)
             if name == "infeasible":
                 assert plan["explanation"]["summary"] in (visit.page.text_content("#explanation") or "")
+            elif name == "list":
+                assert visit.page.locator("tr.plan").count() == 3 + len([p for p in sweep["points"] if p["plan_id"]])
             else:
-                assert visit.page.locator("tr.plan").count() == 3
+                sizes = visit.page.evaluate(
+                    "() => [...document.querySelectorAll('svg.chart')].map(c => [c.dataset.chart, c.getBoundingClientRect().width,"
+                    " c.getBoundingClientRect().height, c.querySelectorAll('circle').length])"
+                )
+                assert [chart for chart, *_ in sizes] == ["scaling", "pareto"]
+                assert all(width > 300 and height > 200 and circles > 0 for _chart, width, height, circles in sizes)
+                assert visit.page.locator("tr.point").count() == len(sweep["points"])
             check_screenshot(browser, visit, tmp_path / f"{name}.png")
         finally:
             visit.close()

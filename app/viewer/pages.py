@@ -44,7 +44,8 @@ form.filters label{margin-right:10px}
 """
 
 
-def _page(title: str, body: str) -> str:
+def page_html(title: str, body: str) -> str:
+    """A whole page: the site's navigation, the inline style sheet and ``body``."""
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -54,12 +55,12 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def _ms(seconds: float) -> str:
+def seconds_words(seconds: float) -> str:
     """A time in ms, or in s from 10 s on."""
     return f"{seconds * 1e3:,.1f} ms" if seconds < 10 else f"{seconds:,.1f} s"
 
 
-def _duration(seconds: float | None) -> str:
+def time_words(seconds: float | None) -> str:
     if seconds is None:
         return "n/a"
     if seconds >= 2 * 86400:
@@ -154,9 +155,9 @@ def _candidates_table(plan: Plan, chosen: int) -> str:
         rows.append(
             f'<tr class="candidate" data-candidate="{index}"{current}><td class="num">{candidate.rank}</td><td>{link}</td>'
             f"<td>{escape(parallel_words(candidate.parallel.model_dump(mode='json')))}</td>"
-            f'<td class="num">{_ms(prediction.step_time_s)}</td><td class="num">{prediction.tokens_per_s:,.0f}</td>'
+            f'<td class="num">{seconds_words(prediction.step_time_s)}</td><td class="num">{prediction.tokens_per_s:,.0f}</td>'
             f'<td class="num">{prediction.mfu:.1%}</td><td class="num">{candidate.memory.peak_gib:.1f}</td>'
-            f'<td class="num">{_duration(prediction.time_to_train_s)}</td><td>{escape(candidate.why)}</td></tr>'
+            f'<td class="num">{time_words(prediction.time_to_train_s)}</td><td>{escape(candidate.why)}</td></tr>'
         )
     return (
         "<table><caption>Candidates, best first</caption><thead><tr><th>rank</th><th></th><th>configuration</th>"
@@ -169,14 +170,14 @@ def _candidates_table(plan: Plan, chosen: int) -> str:
 def _prediction(candidate: CandidateOut) -> str:
     prediction = candidate.prediction
     band = prediction.range
-    step = _ms(prediction.step_time_s)
+    step = seconds_words(prediction.step_time_s)
     tokens = f"{prediction.tokens_per_s:,.0f}"
-    train = _duration(prediction.time_to_train_s)
+    train = time_words(prediction.time_to_train_s)
     if band is not None:
-        step += f" (expected {_ms(band.step_time_low_s)} to {_ms(band.step_time_high_s)})"
+        step += f" (expected {seconds_words(band.step_time_low_s)} to {seconds_words(band.step_time_high_s)})"
         tokens += f" (expected {band.tokens_per_s_low:,.0f} to {band.tokens_per_s_high:,.0f})"
         if band.time_to_train_low_s is not None and band.time_to_train_high_s is not None:
-            train += f" (expected {_duration(band.time_to_train_low_s)} to {_duration(band.time_to_train_high_s)})"
+            train += f" (expected {time_words(band.time_to_train_low_s)} to {time_words(band.time_to_train_high_s)})"
     facts = [
         ("step time", step),
         ("tokens/s", tokens),
@@ -198,12 +199,12 @@ def _breakdown_table(candidate: CandidateOut) -> str:
     values = candidate.prediction.breakdown_s.model_dump()
     step_s = candidate.prediction.step_time_s
     rows = "".join(
-        f'<tr><td>{label}</td><td class="num">{_ms(values.get(key, 0.0))}</td><td class="num">{values.get(key, 0.0) / step_s:.1%}</td></tr>'
+        f'<tr><td>{label}</td><td class="num">{seconds_words(values.get(key, 0.0))}</td><td class="num">{values.get(key, 0.0) / step_s:.1%}</td></tr>'
         for key, (label, _fill, _texture) in STEP_PARTS.items()
     )
     return (
         '<details><summary>The breakdown as a table</summary><table><thead><tr><th>part</th><th class="num">time</th>'
-        f'<th class="num">share</th></tr></thead><tbody>{rows}<tr><td>step</td><td class="num">{_ms(step_s)}</td>'
+        f'<th class="num">share</th></tr></thead><tbody>{rows}<tr><td>step</td><td class="num">{seconds_words(step_s)}</td>'
         '<td class="num">100%</td></tr></tbody></table></details>'
     )
 
@@ -220,8 +221,8 @@ def _timeline(plan: Plan, candidate: CandidateOut) -> str:
     summary = (
         f"<p>{kind}: {num_micro_batches} micro-batches through {pp_size} stage{'s' if pp_size > 1 else ''}"
         + (f" of {virtual_stages} chunks" if virtual_stages > 1 else "")
-        + f", every stage at the pace of the slowest ({_ms(slot_s)} per micro-batch)."
-        f' The bubble is <strong id="bubble">{_ms(breakdown.bubble_s)}, {bubble_share:.1%} of the step</strong>'
+        + f", every stage at the pace of the slowest ({seconds_words(slot_s)} per micro-batch)."
+        f' The bubble is <strong id="bubble">{seconds_words(breakdown.bubble_s)}, {bubble_share:.1%} of the step</strong>'
         f" ({pp_size - 1}/{virtual_stages} of a slot on every stage).</p>"
     )
     passes = 2 * pp_size * virtual_stages * num_micro_batches
@@ -254,7 +255,7 @@ def _memory(plan: Plan, candidate: CandidateOut) -> str:
         cells = "".join(f'<td class="num">{parts.get(key, 0.0):.2f}</td>' for key in MEMORY_KINDS)
         rows.append(
             f'<tr><td class="num">{stage.stage}</td><td class="num">{stage.num_layers}</td>'
-            f'<td class="num">{len(stage.full_recompute_layers)}</td><td class="num">{_ms(stage.time_per_micro_batch_s)}</td>'
+            f'<td class="num">{len(stage.full_recompute_layers)}</td><td class="num">{seconds_words(stage.time_per_micro_batch_s)}</td>'
             f'<td class="num">{stage.in_flight_micro_batches:g}</td>{cells}<td class="num">{stage.peak_gib:.2f}</td></tr>'
         )
     return memory_svg(candidate.stages, memory.capacity_gib, usable) + (
@@ -274,7 +275,7 @@ def _explanation(plan: Plan) -> str:
     )
     suggestions = "".join(
         f"<li>{escape(s.change)}: {escape(parallel_words(s.parallel.model_dump(mode='json')))} on {s.num_gpus} GPUs,"
-        f" {_ms(s.step_time_s)} per step, {s.peak_gib:.1f} GiB per GPU{'' if s.checked else ' (not checked)'}</li>"
+        f" {seconds_words(s.step_time_s)} per step, {s.peak_gib:.1f} GiB per GPU{'' if s.checked else ' (not checked)'}</li>"
         for s in explanation.suggestions
     )
     miss = explanation.closest_miss
@@ -304,7 +305,7 @@ def plan_page(plan: Plan, chosen: int) -> str:
         f" solver {escape(plan.versions.solver)}</p><p id=\"request\">{request_words(plan)}</p>"
     )
     if not plan.candidates:
-        return _page(f"Plan {plan.id}", head + _links(plan, 0) + _explanation(plan))
+        return page_html(f"Plan {plan.id}", head + _links(plan, 0) + _explanation(plan))
     candidate = plan.candidates[chosen]
     body = (
         head + _links(plan, chosen)
@@ -315,7 +316,7 @@ def plan_page(plan: Plan, chosen: int) -> str:
         + f"<h2>Pipeline schedule</h2>{_timeline(plan, candidate)}"
         + f"<h2>Memory per GPU</h2>{_memory(plan, candidate)}"
     )
-    return _page(f"Plan {plan.id}", body)
+    return page_html(f"Plan {plan.id}", body)
 
 
 def list_page(plans: PlanList, model: str | None, cluster: str | None, status: str | None) -> str:
@@ -350,4 +351,4 @@ def list_page(plans: PlanList, model: str | None, cluster: str | None, status: s
         f"<tbody>{rows}</tbody></table>"
         if plans.items else '<p id="no-plans">No plans match.</p>'
     )
-    return _page("Plans", f"<h1>Plans</h1>{form}{table}{more}")
+    return page_html("Plans", f"<h1>Plans</h1>{form}{table}{more}")

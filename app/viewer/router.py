@@ -1,5 +1,6 @@
 """The plan viewer's pages: ``/plans`` (recent plans, with filters) and ``/plans/{id}`` (one
-plan: candidates, prediction, step time, pipeline schedule, memory per stage). HTML with inline
+plan: candidates, prediction, step time, pipeline schedule, memory per stage), and
+``/sweeps/{id}`` (a sweep's scaling and Pareto charts and its points, linked). HTML with inline
 SVG and inline CSS, no script and nothing from another host; the JSON stays at ``/v1/plans``.
 With PARTITURA_AUTH=required the pages take a token like ``/v1/plans`` and show only what it may
 read (docs/auth.md)."""
@@ -14,8 +15,10 @@ from fastapi.responses import HTMLResponse
 from app.core.deps import SessionDep
 from app.core.problems import Problem
 from app.plans import service
+from app.sweeps import service as sweeps
 from app.tokens.auth import ReadAccess
 from app.viewer.pages import list_page, plan_page
+from app.viewer.sweep_page import sweep_page
 
 router = APIRouter(include_in_schema=False)
 
@@ -50,3 +53,10 @@ def plan_view(
             errors=[{"field": "query.candidate", "reason": reason}],
         )
     return HTMLResponse(plan_page(plan, candidate), headers=HEADERS)
+
+
+@router.get("/sweeps/{sweep_id}", response_class=HTMLResponse)
+def sweep_view(sweep_id: str, session: SessionDep, access: ReadAccess) -> HTMLResponse:
+    document = sweeps.get_sweep(session, sweep_id, access)
+    scaling, pareto = sweeps.scaling_svg(session, sweep_id, access), sweeps.pareto_svg(session, sweep_id, access)
+    return HTMLResponse(sweep_page(document, scaling, pareto), headers=HEADERS)
