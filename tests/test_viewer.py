@@ -140,6 +140,15 @@ def check_candidate_page(api: httpx.Client, plan: dict, index: int) -> Elements:
     assert f"expected {band['step_time_low_s'] * 1e3:,.1f} ms to {band['step_time_high_s'] * 1e3:,.1f} ms" in text
     assert f"expected {band['tokens_per_s_low']:,.0f} to {band['tokens_per_s_high']:,.0f}" in text
 
+    # Every chart is an image with a title and a description, and a table of its numbers follows.
+    charts = [a for tag, a in parsed.tags if tag == "svg"]
+    assert [a["data-chart"] for a in charts] == ["breakdown", "timeline", "memory"]
+    ids = {a["id"]: tag for tag, a in parsed.tags if "id" in a}
+    for chart in charts:
+        assert chart["role"] == "img"
+        assert [ids.get(i) for i in chart["aria-labelledby"].split()] == ["title", "desc"]
+    assert sum(1 for tag, _a in parsed.tags if tag == "table") == 3  # candidates, step time, stages
+
     # Candidates side by side; the shown one marked, the others one link away.
     rows = parsed.with_class("candidate")
     assert [int(r["data-candidate"]) for r in rows] == list(range(len(plan["candidates"])))
