@@ -41,7 +41,7 @@ def test_every_stack_states_every_fact_with_its_source():
         assert set(stack["facts"]) == set(STACK_FACTS), stack["name"]
         assert set(stack["sources"]) == set(STACK_FACTS), stack["name"]
         assert all(len(text) > 10 for text in stack["sources"].values()), stack["name"]
-        assert stack["framework"] in ("any", "megatron", "deepspeed", "fsdp")
+        assert stack["framework"] in ("any", "megatron", "deepspeed", "fsdp", "torchtitan")
 
 
 def test_catalog_lists_the_stacks_and_marks_the_default(api):

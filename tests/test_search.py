@@ -167,9 +167,10 @@ def test_validator_rejects_tampered_plans():
     # A constraint the request forbids.
     wide = replace(best.parallel, tp_size=4, dp_size=1, pp_size=1, stage_layers=None, full_recompute_layers=None, virtual_stages=1)
     assert any("tp_size" in p for p in validate(request, wide, None, 4).problems)
-    # ZeRO-3 with a pipeline.
+    # ZeRO-3 with a pipeline, where the request's framework (DeepSpeed) refuses it.
     piped = ParallelConfig(1, 1, 4, ZeroStage.OS_G_P, 1, Recompute.FULL)
-    assert any("zero_with_pp" in p for p in validate(_request(80.0), piped, None, 4).problems)
+    deepspeed_only = _request(80.0, constraints=Constraints.parse({"framework": "deepspeed"}))
+    assert any("zero_with_pp" in p for p in validate(deepspeed_only, piped, None, 4).problems)
 
 
 def test_constraints_are_honoured():

@@ -342,7 +342,7 @@ class StackEntry(BaseModel):
 
     name: str
     display_name: str
-    framework: Literal["any", "megatron", "deepspeed", "fsdp"] = Field(description="whose parallelism rules it follows")
+    framework: Literal["any", "megatron", "deepspeed", "fsdp", "torchtitan"] = Field(description="whose parallelism rules it follows")
     era: int = Field(description="the year its behaviour describes")
     facts: StackFacts
     sources: StackFactSources

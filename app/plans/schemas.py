@@ -20,7 +20,7 @@ from app.evaluations.schemas import Memory, MemoryBreakdown, Parallel, PipelineS
 from app.profiles.schemas import ProfileDocumentOut
 
 StrictInt = Annotated[int, Field(strict=True)]
-Framework = Literal["any", "megatron", "deepspeed", "fsdp"]
+Framework = Literal["any", "megatron", "deepspeed", "fsdp", "torchtitan"]
 Objective = Literal["max_throughput", "min_time_to_train", "min_cost", "min_gpus"]
 PlanStatus = Literal["succeeded", "infeasible"]
 

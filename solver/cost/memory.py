@@ -26,13 +26,30 @@ RUNTIME_RESERVE_BYTES = 1 * GIB_BYTES
 FRAGMENTATION_FRACTION = 0.05
 
 
+# FSDP's unsharded gradients under a pipeline accumulate in fp32 until the last micro-batch.
+PIPELINED_GRAD_BYTES_PER_PARAM = 4
+
+
+def pipelined_sharding(zero_stage: ZeroStage, pp_size: int) -> bool:
+    """ZeRO-2/3 (FSDP) under a pipeline holds a stage's weights and gradients unsharded through
+    the step. torchtitan does not reshard after forward when pipelining, "to avoid per-microbatch
+    all-gathers" (torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy:
+    default = not pp_enabled), so the weights stay gathered; torch.distributed.pipelining syncs
+    gradients only on the last micro-batch, so FSDP2 keeps the unsharded gradients, in fp32, until
+    then. Only the optimizer states stay sharded: the memory of ZeRO-1 with fp32 gradients, and
+    its traffic (one reduce-scatter and one all-gather a step). DeepSpeed and Megatron refuse
+    ZeRO-2/3 with a pipeline (solver.frameworks)."""
+    return zero_stage >= ZeroStage.OS_G and pp_size > 1
+
+
 def model_state_bytes(
-    parameter_count: float, zero_stage: ZeroStage, dp_size: int, optimizer: OptimizerKind
+    parameter_count: float, zero_stage: ZeroStage, dp_size: int, optimizer: OptimizerKind, pp_size: int = 1
 ) -> dict[str, float]:
     """Weights, gradients and optimizer states of ``parameter_count`` parameters on one GPU.
 
     ZeRO paper Sec 5.1: baseline (4 + K)*Psi; P_os 4*Psi + K*Psi/N_d; P_os+g 2*Psi + (2 + K)*Psi/N_d;
-    P_os+g+p (4 + K)*Psi/N_d.
+    P_os+g+p (4 + K)*Psi/N_d. Under a pipeline, ZeRO-2/3 holds weights and fp32 gradients
+    unsharded (``pipelined_sharding``).
     """
     k = OPTIMIZER_BYTES_PER_PARAM[optimizer]
     weights = WEIGHT_BYTES_PER_PARAM * parameter_count
@@ -40,6 +57,8 @@ def model_state_bytes(
     states = k * parameter_count
     if zero_stage >= ZeroStage.OS:
         states /= dp_size
+    if pipelined_sharding(zero_stage, pp_size):
+        return {"weights": weights, "gradients": PIPELINED_GRAD_BYTES_PER_PARAM * parameter_count, "optimizer_states": states}
     if zero_stage >= ZeroStage.OS_G:
         gradients /= dp_size
     if zero_stage >= ZeroStage.OS_G_P:

@@ -13,7 +13,12 @@ exposed, and compute runs slower beside collectives (Lee et al. 2025, ``overlapp
 from __future__ import annotations
 
 from solver.cost.comm import data_parallel_collective_s, overlapped_exposed_s, p2p_s, pp_link
-from solver.cost.memory import GRAD_BYTES_PER_PARAM, WEIGHT_BYTES_PER_PARAM
+from solver.cost.memory import (
+    GRAD_BYTES_PER_PARAM,
+    PIPELINED_GRAD_BYTES_PER_PARAM,
+    WEIGHT_BYTES_PER_PARAM,
+    pipelined_sharding,
+)
 from solver.spec.hardware import ClusterSpec
 from solver.spec.parallel import ParallelConfig
 from solver.spec.training import ZeroStage
@@ -110,6 +115,11 @@ def data_parallel_exposed_s(
         )
 
     zero = parallel.zero_stage
+    if pipelined_sharding(zero, parallel.pp_size):
+        # FSDP under a pipeline: the gradients are reduce-scattered once, after the last
+        # micro-batch's backward (in fp32), and the updated weights gathered once a step.
+        grads_rs = collective("reduce_scatter", stage_parameter_count, PIPELINED_GRAD_BYTES_PER_PARAM)
+        return beside_backward(grads_rs) + collective("all_gather", stage_parameter_count, WEIGHT_BYTES_PER_PARAM)
     if zero == ZeroStage.NONE:
         return beside_backward(collective("all_reduce", stage_parameter_count, GRAD_BYTES_PER_PARAM))
     grads_rs = collective("reduce_scatter", stage_parameter_count, GRAD_BYTES_PER_PARAM)

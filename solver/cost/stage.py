@@ -26,6 +26,7 @@ from solver.cost.memory import (
     ZERO3_PREFETCHED_LAYERS,
     model_state_bytes,
     optimizer_step_bytes_per_param,
+    pipelined_sharding,
     reserve_bytes,
 )
 from solver.cost.profile import LayerProfile
@@ -79,12 +80,14 @@ class StagePolicy:
     optimizer: OptimizerKind
     num_micro_batches: int
     base_recompute: Recompute  # what layers not fully recomputed do: NONE or SELECTIVE
+    pp_size: int = 1  # under a pipeline ZeRO-2/3 keeps weights and gradients unsharded (memory.pipelined_sharding)
 
     @staticmethod
     def of(gpu: GpuSpec, parallel: ParallelConfig, optimizer: OptimizerKind, num_micro_batches: int) -> "StagePolicy":
         return StagePolicy(
             gpu, parallel.zero_stage, parallel.dp_cp_size, optimizer, num_micro_batches,
             Recompute.SELECTIVE if parallel.recompute is Recompute.SELECTIVE else Recompute.NONE,
+            parallel.pp_size,
         )
 
 
@@ -109,10 +112,13 @@ def stage_chunks(model: ModelSpec, parallel: ParallelConfig) -> list[list[tuple[
     return stages
 
 
-def accumulated_parameter_count(parameter_count: float, zero_stage: ZeroStage, dp_size: int) -> float:
+def accumulated_parameter_count(parameter_count: float, zero_stage: ZeroStage, dp_size: int, pp_size: int = 1) -> float:
     """Parameters whose gradients each backward adds into the fp32 buffer: all of them, or the
-    local shard once ZeRO-2/3 reduce-scatter after every micro-batch."""
-    return parameter_count / dp_size if zero_stage >= ZeroStage.OS_G else parameter_count
+    local shard once ZeRO-2/3 reduce-scatter after every micro-batch (not under a pipeline, which
+    reduces only after the last: ``memory.pipelined_sharding``)."""
+    if zero_stage >= ZeroStage.OS_G and not pipelined_sharding(zero_stage, pp_size):
+        return parameter_count / dp_size
+    return parameter_count
 
 
 def grad_accumulation_s(gpu: GpuSpec, parameter_count: float, policy: StagePolicy) -> float:
@@ -120,17 +126,19 @@ def grad_accumulation_s(gpu: GpuSpec, parameter_count: float, policy: StagePolic
     nothing with a single micro-batch, whose gradients are the result."""
     if policy.num_micro_batches <= 1:
         return 0.0
-    accumulated = accumulated_parameter_count(parameter_count, policy.zero_stage, policy.dp_size)
+    accumulated = accumulated_parameter_count(parameter_count, policy.zero_stage, policy.dp_size, policy.pp_size)
     return elementwise_time_s(gpu, GRAD_ACCUMULATION_BYTES_PER_PARAM * accumulated)
 
 
 def zero3_gather_buffer_bytes(
-    largest_layer_parameter_count: float, stage_parameter_count: float, zero_stage: ZeroStage, dp_size: int
+    largest_layer_parameter_count: float, stage_parameter_count: float, zero_stage: ZeroStage, dp_size: int,
+    pp_size: int = 1,
 ) -> float:
     """ZeRO-3 holds the gathered 16-bit weights of the layer in use and the one prefetched,
     never more than the unsharded weights it saves (``stage_parameter_count`` = inf: the bound
-    before the stage's layers are known)."""
-    if zero_stage != ZeroStage.OS_G_P or dp_size <= 1:
+    before the stage's layers are known). Under a pipeline the weights stay gathered and are
+    counted as weights (``memory.pipelined_sharding``): no buffer on top."""
+    if zero_stage != ZeroStage.OS_G_P or dp_size <= 1 or pipelined_sharding(zero_stage, pp_size):
         return 0.0
     gathered = min(ZERO3_PREFETCHED_LAYERS * largest_layer_parameter_count, stage_parameter_count * (1 - 1 / dp_size))
     return gathered * WEIGHT_BYTES_PER_PARAM
@@ -161,7 +169,7 @@ def activation_bytes(in_flight: Any, kept_bytes: Any, working_bytes: Any) -> Any
 def state_bytes_per_parameter(parallel: ParallelConfig, training: TrainingSpec) -> float:
     """Bytes of model state per parameter on one GPU (weights + gradients + optimizer states),
     ZeRO sharding over the dp x cp ranks that hold the same parameters."""
-    return sum(model_state_bytes(1.0, parallel.zero_stage, parallel.dp_cp_size, training.optimizer).values())
+    return sum(model_state_bytes(1.0, parallel.zero_stage, parallel.dp_cp_size, training.optimizer, parallel.pp_size).values())
 
 
 def optimizer_step_s(gpu: GpuSpec, parameter_count: float, policy: StagePolicy) -> float:
@@ -196,7 +204,7 @@ def stage_cost(
         cp_comm_s=sum(layer.cp_comm_s for layer, _ in everything),
     )
     largest = max((layer.parameter_count for layer, _ in everything), default=0)
-    states = model_state_bytes(params, policy.zero_stage, policy.dp_size, policy.optimizer)
+    states = model_state_bytes(params, policy.zero_stage, policy.dp_size, policy.optimizer, policy.pp_size)
     kept = sum(layer.kept_bytes(Recompute.FULL if full else base) for layer, full in layers)
     working = max((recompute_working_bytes(layer) for layer, full in layers if full), default=0)
     allocated = dict(
@@ -205,7 +213,7 @@ def stage_cost(
         optimizer_states=states["optimizer_states"],
         activations=activation_bytes(in_flight, kept, working),
         embedding_and_logits=extras_activation_bytes(in_flight, embedding, head),
-        zero3_gather_buffers=zero3_gather_buffer_bytes(largest, params, policy.zero_stage, policy.dp_size),
+        zero3_gather_buffers=zero3_gather_buffer_bytes(largest, params, policy.zero_stage, policy.dp_size, policy.pp_size),
     )
     memory = StageMemory(**allocated, reserve=reserve_bytes(sum(allocated.values())))
     return StageCost(time, memory, params, largest, in_flight, any(full for _, full in layers))

@@ -25,14 +25,24 @@ __all__ = [
 # The rules a framework itself sets (as opposed to structure, placement or memory).
 FRAMEWORK_RULES = frozenset({Rule.ZERO_WITH_PP, Rule.FRAMEWORK_ZERO, Rule.FRAMEWORK_PP, Rule.FRAMEWORK_CP})
 
-_RULES = {
-    # 'any' refuses only what no framework runs: ZeRO-2/3 under a pipeline (context parallelism
-    # is Megatron's and torchtitan's).
-    Framework.ANY: deepspeed.pipeline_zero_violations,
+# The frameworks the planner knows, each with its own rules.
+_CONCRETE = {
     Framework.MEGATRON: megatron.violations,
     Framework.DEEPSPEED: deepspeed.violations,
     Framework.FSDP: fsdp.violations,
+    Framework.TORCHTITAN: torchtitan.violations,
 }
+
+
+def any_violations(parallel: ParallelConfig) -> list[Violation]:
+    """'any' refuses only what no framework runs (then with the first framework's reasons, in
+    the order above): torchtitan runs FSDP2 (ZeRO-2/3) under a pipeline, Megatron and torchtitan
+    context parallelism (issue 13, mechanism 6)."""
+    found = [rules(parallel) for rules in _CONCRETE.values()]
+    return [] if any(not violations for violations in found) else found[0]
+
+
+_RULES = {Framework.ANY: any_violations, **_CONCRETE}
 
 _EXPORTS: dict[ExportFormat, Callable[[PlanToExport], Export]] = {
     ExportFormat.MEGATRON: megatron.export,
@@ -48,12 +58,11 @@ _EXPORT_RULES: dict[ExportFormat, Callable[[ParallelConfig], list[Violation]]] =
     ExportFormat.NEMO: nemo.violations,
 }
 
-# Whose mechanics the cost model applies to an export: NeMo trains through megatron-core, and
-# torchtitan has no framework of its own there ('any').
+# Whose mechanics the cost model applies to an export: NeMo trains through megatron-core.
 _MECHANICS = {
     ExportFormat.MEGATRON: Framework.MEGATRON,
     ExportFormat.DEEPSPEED: Framework.DEEPSPEED,
-    ExportFormat.TORCHTITAN: Framework.ANY,
+    ExportFormat.TORCHTITAN: Framework.TORCHTITAN,
     ExportFormat.NEMO: Framework.MEGATRON,
 }
 

@@ -213,7 +213,7 @@ def partition_problem(
     largest = max([*params, *(layer.parameter_count for layer in extras_all)], default=0)
     # Exact for one stage; with several, before their layers are known, the two-layer bound.
     everything = sum(params) + sum(layer.parameter_count for layer in extras_all) if pp == 1 else math.inf
-    gather_buffers = zero3_gather_buffer_bytes(largest, everything, parallel.zero_stage, dp)
+    gather_buffers = zero3_gather_buffer_bytes(largest, everything, parallel.zero_stage, dp, pp)
 
     # Gradient accumulation is one kernel per stage: its launch is a stage extra, and each
     # layer carries its share of the bytes.

@@ -44,7 +44,8 @@ class Framework(str, Enum):
     ANY = "any"
     MEGATRON = "megatron"
     DEEPSPEED = "deepspeed"
-    FSDP = "fsdp"
+    FSDP = "fsdp"  # PyTorch FSDP1 as Composer / llm-foundry run it: no pipeline, no context parallelism
+    TORCHTITAN = "torchtitan"  # FSDP2 with TP, PP and CP
 
 
 class Zero3Collectives(str, Enum):
