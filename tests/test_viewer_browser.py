@@ -254,11 +254,6 @@ def test_infeasible_list_and_sweep_pages_in_chromium(browser, server, plans, swe
             visit.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="swagger-ui-bundle 1.1.0 serves Swagger UI 4.15.5, which cannot render FastAPI's OpenAPI 3.1 document"
-    " ('Unable to render this definition'): /docs loads offline but shows no operation",
-)
 def test_docs_renders_offline_in_chromium(browser, server, tmp_path):
     visit = Visit(browser, server.base_url + "/docs")
     try:
