@@ -42,6 +42,7 @@ bench: install
 	$(BIN)/python bench/plan_quality.py
 	$(BIN)/python bench/cli.py
 	$(BIN)/python bench/sweep.py
+	$(MAKE) --no-print-directory install-dev && $(BIN)/python bench/load.py  # its client is httpx, a dev extra
 
 clean:
 	rm -rf $(VENV)
