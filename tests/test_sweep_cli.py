@@ -30,7 +30,7 @@ def test_sweep_prints_a_table_with_every_point_the_fit_and_the_prices(tmp_path):
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert lines[0].split() == [
-        "cluster", "GPUs", "batch", "status", "dp", "x", "tp", "x", "pp", "step", "s", "tokens/s", "MFU", "train", "h",
+        "cluster", "GPUs", "batch", "status", "dp", "x", "tp", "x", "pp", "x", "cp", "step", "s", "tokens/s", "MFU", "train", "h",
         "cost", "USD", "eff.", "front",
     ]
     rows = [line.split() for line in lines[1:4]]

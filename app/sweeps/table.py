@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.sweeps import schemas
 
 SECONDS_PER_HOUR = 3600.0
-HEADERS = ("cluster", "GPUs", "batch", "status", "dp x tp x pp", "step s", "tokens/s", "MFU", "train h", "cost USD", "eff.", "front")
+HEADERS = ("cluster", "GPUs", "batch", "status", "dp x tp x pp x cp", "step s", "tokens/s", "MFU", "train h", "cost USD", "eff.", "front")
 
 
 def _number(value: float | None, spec: str) -> str:
@@ -14,7 +14,7 @@ def _number(value: float | None, spec: str) -> str:
 
 def _row(point: schemas.SweepPointOut) -> tuple[str, ...]:
     parallel = point.parallel
-    split = "-" if parallel is None else f"{parallel.dp_size} x {parallel.tp_size} x {parallel.pp_size}"
+    split = "-" if parallel is None else f"{parallel.dp_size} x {parallel.tp_size} x {parallel.pp_size} x {parallel.cp_size}"
     hours = None if point.time_to_train_s is None else point.time_to_train_s / SECONDS_PER_HOUR
     return (
         point.cluster,
