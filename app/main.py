@@ -146,8 +146,12 @@ def _serve_problem_media_type(app: FastAPI, auth_required: bool) -> None:
                 for operation in operations.values():
                     for status_code, response in operation.get("responses", {}).items():
                         content = response.get("content", {})
-                        if status_code[:1] in "45" and "application/json" in content:
-                            content[PROBLEM_MEDIA_TYPE] = content.pop("application/json")
+                        if status_code[:1] in "45" and content and PROBLEM_MEDIA_TYPE not in content:
+                            # An error is a problem document whatever the operation answers on
+                            # success (FastAPI files it under the route's response_class, e.g.
+                            # image/svg+xml for the sweep charts).
+                            media = content.get("application/json") or next(iter(content.values()))
+                            response["content"] = {PROBLEM_MEDIA_TYPE: media}
                     if path not in DATABASE_FREE_PATHS:
                         operation["responses"].setdefault("503", DATABASE_UNAVAILABLE)
                     if "security" in operation:

@@ -165,6 +165,21 @@ def validation_errors(raw_errors: list[dict[str, Any]]) -> list[dict[str, str]]:
     return kept
 
 
+def unreadable_body(cause: BaseException | None) -> Problem | None:
+    """The 422 for a body the JSON parser fails on other than by a syntax error, or None.
+
+    FastAPI answers a syntax error as a validation error (``json_invalid``, a 422 naming
+    ``body``) but any other failure of the parser as a bare 400 that names nothing: bytes that
+    are not UTF-8 text (JSON between systems is UTF-8, RFC 8259 section 8.1) or arrays and
+    objects nested deeper than the parser recurses. Those bodies are as unreadable as a syntax
+    error, so they get the same answer."""
+    if isinstance(cause, UnicodeDecodeError):
+        return invalid_field("body", f"is not valid JSON (not UTF-8 text: {cause.reason} at byte {cause.start})")
+    if isinstance(cause, RecursionError):
+        return invalid_field("body", "nests arrays or objects deeper than the service reads")
+    return None
+
+
 HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
@@ -196,6 +211,8 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        if error.status_code == 400 and (unreadable := unreadable_body(error.__cause__)) is not None:
+            return problem_response(unreadable, request)
         title = {404: "Not found", 405: "Method not allowed"}.get(error.status_code, "Error")
         detail = str(error.detail)
         if error.status_code == 404 and detail == "Not Found":
