@@ -18,10 +18,18 @@ from app.catalog.schemas import (
     StackList,
 )
 from app.core.deps import SessionDep
-from app.core.openapi import CONFLICT_RESPONSES, PROBLEM_RESPONSES
+from app.core.openapi import CONFLICT_RESPONSES, PROBLEM_RESPONSES, ProblemDocument
 from app.tokens.auth import ReadAccess, WriteAccess
 
 router = APIRouter(prefix="/v1/catalog", tags=["catalog"], responses=PROBLEM_RESPONSES)
+
+# A delete answers 403 with authentication off too: built-in entries are read-only.
+DELETE_RESPONSES: dict[int | str, dict] = {
+    403: {
+        "description": "A built-in entry (built-ins cannot be deleted), another token's custom entry, or a token without the scope",
+        "model": ProblemDocument,
+    }
+}
 
 
 @router.get("/gpus", operation_id="list_gpus", response_model=GpuList)
@@ -55,7 +63,9 @@ def create_model(body: ModelSpecIn, response: Response, session: SessionDep, acc
     return entry
 
 
-@router.delete("/models/{name}", operation_id="delete_model", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete(
+    "/models/{name}", operation_id="delete_model", status_code=status.HTTP_204_NO_CONTENT, responses=DELETE_RESPONSES
+)
 def delete_model(name: str, session: SessionDep, access: WriteAccess) -> Response:
     service.delete_custom(session, "models", name, access)
     session.commit()
@@ -83,7 +93,9 @@ def create_cluster(body: ClusterSpecIn, response: Response, session: SessionDep,
     return entry
 
 
-@router.delete("/clusters/{name}", operation_id="delete_cluster", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete(
+    "/clusters/{name}", operation_id="delete_cluster", status_code=status.HTTP_204_NO_CONTENT, responses=DELETE_RESPONSES
+)
 def delete_cluster(name: str, session: SessionDep, access: WriteAccess) -> Response:
     service.delete_custom(session, "clusters", name, access)
     session.commit()

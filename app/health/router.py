@@ -62,7 +62,15 @@ def readyz(request: Request, session: SessionDep) -> Readiness:
     return Readiness(status="ready", database_revision=current)
 
 
-@router.get("/metrics", operation_id="get_metrics", response_class=Response)
+METRICS_RESPONSES: dict[int | str, dict] = {
+    200: {
+        "description": "Prometheus text exposition format",
+        "content": {"text/plain": {"schema": {"type": "string"}}},
+    }
+}
+
+
+@router.get("/metrics", operation_id="get_metrics", response_class=Response, responses=METRICS_RESPONSES)
 def metrics(session: SessionDep, metrics: MetricsDep) -> Response:
     """Prometheus text exposition: request latency, solve time, plans by status."""
     try:
