@@ -57,23 +57,27 @@ def p2p_s(message_bytes: float, link: Link) -> float:
     return message_bytes / link.bytes_per_s + link.latency_s
 
 
+def span_link(cluster: ClusterSpec, ranks: int) -> Link:
+    """The link a group of ``ranks`` consecutive ranks communicates over: NVLink when they fit in
+    one node, else the ring's slowest hop, each GPU's share of the node's NICs."""
+    return intra_node_link(cluster) if ranks <= cluster.gpus_per_node else inter_node_link(cluster)
+
+
 def tp_link(cluster: ClusterSpec, tp_size: int) -> Link:
     """TP groups are adjacent ranks: inside a node unless tp_size exceeds the node."""
-    return intra_node_link(cluster) if tp_size <= cluster.gpus_per_node else inter_node_link(cluster)
+    return span_link(cluster, tp_size)
 
 
 def pp_link(cluster: ClusterSpec, tp_size: int, dp_size: int, pp_size: int, cp_size: int = 1) -> Link:
     """Consecutive pipeline stages are tp*cp*dp ranks apart: same node only when a whole pipeline fits in one."""
-    if tp_size * cp_size * dp_size * pp_size <= cluster.gpus_per_node:
-        return intra_node_link(cluster)
-    return inter_node_link(cluster)
+    return span_link(cluster, tp_size * cp_size * dp_size * pp_size)
 
 
 def cp_link(cluster: ClusterSpec, tp_size: int, cp_size: int) -> Link:
     """The link a context-parallel ring runs over. Its ranks are tp_size apart (tp-cp-dp-pp), so
     the group spans tp*cp consecutive ranks: inside a node when they fit in one, else the ring
     crosses nodes and its slowest hop goes through each GPU's share of the NICs."""
-    return intra_node_link(cluster) if tp_size * cp_size <= cluster.gpus_per_node else inter_node_link(cluster)
+    return span_link(cluster, tp_size * cp_size)
 
 
 def ring_exchange_s(message_bytes: float, cp_size: int, link: Link) -> float:

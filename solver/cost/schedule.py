@@ -114,27 +114,26 @@ def data_parallel_exposed_s(
             sync_s, stage_parameter_count, largest_layer_parameter_count
         )
 
-    zero = parallel.zero_stage
+    zero, grad_bytes = parallel.zero_stage, GRAD_BYTES_PER_PARAM
     if pipelined_sharding(zero, parallel.pp_size):
-        # FSDP under a pipeline: the gradients are reduce-scattered once, after the last
-        # micro-batch's backward (in fp32), and the updated weights gathered once a step.
-        grads_rs = collective("reduce_scatter", stage_parameter_count, PIPELINED_GRAD_BYTES_PER_PARAM)
-        return beside_backward(grads_rs) + collective("all_gather", stage_parameter_count, WEIGHT_BYTES_PER_PARAM)
+        # FSDP under a pipeline syncs as ZeRO-1 does, with fp32 gradients: reduce-scattered once,
+        # after the last micro-batch's backward, and the updated weights gathered once a step.
+        zero, grad_bytes = ZeroStage.OS, PIPELINED_GRAD_BYTES_PER_PARAM
     if zero == ZeroStage.NONE:
-        return beside_backward(collective("all_reduce", stage_parameter_count, GRAD_BYTES_PER_PARAM))
-    grads_rs = collective("reduce_scatter", stage_parameter_count, GRAD_BYTES_PER_PARAM)
-    params_ag = collective("all_gather", stage_parameter_count, WEIGHT_BYTES_PER_PARAM)
-    if zero == ZeroStage.OS:
-        # Gradients reduce-scattered during the last backward; updated parameters all-gathered after the step.
-        return beside_backward(grads_rs) + params_ag
-    if zero == ZeroStage.OS_G:
-        # Gradient shards are reduced after every micro-batch's backward (no full gradient is kept).
-        return num_micro_batches * beside_backward(grads_rs) + params_ag
+        return beside_backward(collective("all_reduce", stage_parameter_count, grad_bytes))
+    if zero in (ZeroStage.OS, ZeroStage.OS_G):
+        grads_rs = collective("reduce_scatter", stage_parameter_count, grad_bytes)
+        params_ag = collective("all_gather", stage_parameter_count, WEIGHT_BYTES_PER_PARAM)
+        # ZeRO-1 reduce-scatters gradients during the last backward; ZeRO-2 after every
+        # micro-batch's backward (no full gradient is kept). Both gather the updated parameters
+        # after the step.
+        syncs = num_micro_batches if zero == ZeroStage.OS_G else 1
+        return syncs * beside_backward(grads_rs) + params_ag
     # ZeRO-3: every micro-batch gathers parameters for forward and again for backward (a third
     # time for a recomputed forward), and reduce-scatters its gradients.
     calls = zero3_collectives_per_pass
     gather = collective("all_gather", stage_parameter_count, WEIGHT_BYTES_PER_PARAM, calls)
-    scatter = collective("reduce_scatter", stage_parameter_count, GRAD_BYTES_PER_PARAM, calls)
+    scatter = collective("reduce_scatter", stage_parameter_count, grad_bytes, calls)
     backward_gathers = 2 if regather_for_recompute else 1
     if not zero3_overlap:
         return num_micro_batches * ((1 + backward_gathers) * gather + scatter)
