@@ -112,6 +112,7 @@ def _entries(kind: str) -> dict[str, dict[str, Any]]:
     return _load(override_paths())[kind]
 
 
+@lru_cache(maxsize=1)
 def default_stack_name() -> str:
     """The stack a request that names none assumes (data/stacks.json "default")."""
     return str(json.loads((DATA_DIR / "stacks.json").read_text())["default"])

@@ -50,8 +50,9 @@ def training_spec(training: Training) -> TrainingSpec:
 
 def error_band(training: Training, cluster: ClusterSpec) -> ErrorBand:
     """The range every prediction of this request carries: the bench residuals of its stack on
-    its GPU generation (catalog/data/error_bands.json)."""
-    return catalog.error_band(resolve_training(training).stack or catalog.default_stack_name(), cluster.gpu.name)
+    its GPU generation (catalog/data/error_bands.json). The stack name is checked by
+    ``training_spec``, which every caller runs first."""
+    return catalog.error_band(training.stack or catalog.default_stack_name(), cluster.gpu.name)
 
 
 def check_num_gpus(num_gpus: int | None, cluster: ClusterSpec) -> int:
