@@ -230,7 +230,7 @@ def training_for(record: dict, settings: dict, model: ModelSpec, padded: bool = 
     full_length = record["model"].get("seq_len") or model.seq_length
     # The source's stack sets the kernel and overlap facts; the record's settings override each.
     stack = catalog.get_stack_facts(settings["stack"]) if settings.get("stack") else {}
-    facts = {name: settings[name] if name in settings else stack[name] for name in STACK_FACTS if name in settings or name in stack}
+    facts = {**stack, **{name: settings[name] for name in STACK_FACTS if name in settings}}
     return TrainingSpec(
         global_batch_size=record["parallel"].get("global_batch") or settings["global_batch_per_gpu"] * gpus,
         seq_length=(settings.get("mean_padded_seq_length") or full_length) if padded else full_length,

@@ -89,13 +89,19 @@ def band_for(table: dict[str, dict], stack: str, gpu: str) -> tuple[str, dict]:
     return key, table[key]
 
 
+def holds(table: dict[str, dict], run: Residual) -> tuple[bool, dict]:
+    """Whether the band ``run`` takes from ``table`` holds its measured value, and that band."""
+    _, band = band_for(table, run.stack, run.gpu)
+    return bool(band["low_ratio"] <= run.ratio <= band["high_ratio"]), band
+
+
 def leave_one_out(found: list[Residual], coverage: float) -> tuple[float, float]:
     """(coverage, mean width) with each run judged by bands computed without it."""
     covered, widths = 0, []
     for i, run in enumerate(found):
         table = bands(found[:i] + found[i + 1:], coverage)
-        _, band = band_for(table, run.stack, run.gpu)
-        covered += band["low_ratio"] <= run.ratio <= band["high_ratio"]
+        held, band = holds(table, run)
+        covered += held
         widths.append(band["high_ratio"] / band["low_ratio"] - 1)
     return covered / len(found), sum(widths) / len(widths)
 
@@ -135,8 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{key:36s} {band['runs']:5d} {band['low_ratio']:7.3f} {band['high_ratio']:7.3f}   "
               f"{band['low_ratio'] - 1:+.0%} .. {band['high_ratio'] - 1:+.0%}")
     table = doc["bands"]
-    in_sample = sum(band_for(table, r.stack, r.gpu)[1]["low_ratio"] <= r.ratio <= band_for(table, r.stack, r.gpu)[1]["high_ratio"]
-                    for r in found) / len(found)
+    in_sample = sum(holds(table, r)[0] for r in found) / len(found)
     loo, width = leave_one_out(found, coverage)
     print(f"\n{len(found)} runs; each band holds {coverage:.0%} of its group. Coverage: {in_sample:.1%} in sample, {loo:.1%} leaving each run out "
           f"(target >= {TARGET_COVERAGE:.0%}); mean width {width:.1%} (high / low - 1)")
