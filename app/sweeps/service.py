@@ -199,19 +199,9 @@ def _plan_all(
 
 def _point_result(task: _Task, plan: Plan | None, price: _Price) -> PointResult:
     point = task.point
-    if plan is None or plan.best is None:
-        return PointResult(point.cluster, point.num_gpus, point.global_batch_size, feasible=False)
-    prediction = plan.best.prediction
-    return PointResult(
-        cluster=point.cluster,
-        num_gpus=point.num_gpus,
-        global_batch_size=point.global_batch_size,
-        feasible=True,
-        step_time_s=prediction.step_time_s,
-        tokens_per_s=prediction.tokens_per_s,
-        mfu=prediction.mfu,
-        time_to_train_s=prediction.time_to_train_s,
-        gpu_hour_price_usd=price.gpu_hour_price_usd,
+    best = plan.best if plan is not None else None
+    return PointResult.planned(
+        point.cluster, point.num_gpus, point.global_batch_size, best.prediction if best else None, price.gpu_hour_price_usd
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 SECONDS_PER_HOUR = 3600.0
 # Efficiency under which a series is said to have passed its knee, unless the request says
@@ -19,6 +19,19 @@ SECONDS_PER_HOUR = 3600.0
 DEFAULT_EFFICIENCY_THRESHOLD = 0.8
 
 FittedQuantity = Literal["time_to_train_s", "step_time_s"]
+
+
+class PredictedFigures(Protocol):
+    """What a sweep point reads from a prediction."""
+
+    @property
+    def step_time_s(self) -> float: ...
+    @property
+    def tokens_per_s(self) -> float: ...
+    @property
+    def mfu(self) -> float: ...
+    @property
+    def time_to_train_s(self) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -35,6 +48,27 @@ class PointResult:
     mfu: float | None = None
     time_to_train_s: float | None = None
     gpu_hour_price_usd: float | None = None
+
+    @staticmethod
+    def planned(
+        cluster: str, num_gpus: int, global_batch_size: int, prediction: PredictedFigures | None,
+        gpu_hour_price_usd: float | None,
+    ) -> PointResult:
+        """A point's figures from its best plan's prediction (the solver's ``Prediction`` or its
+        API form); an infeasible point (no prediction) has none."""
+        if prediction is None:
+            return PointResult(cluster, num_gpus, global_batch_size, feasible=False)
+        return PointResult(
+            cluster=cluster,
+            num_gpus=num_gpus,
+            global_batch_size=global_batch_size,
+            feasible=True,
+            step_time_s=prediction.step_time_s,
+            tokens_per_s=prediction.tokens_per_s,
+            mfu=prediction.mfu,
+            time_to_train_s=prediction.time_to_train_s,
+            gpu_hour_price_usd=gpu_hour_price_usd,
+        )
 
     @property
     def cost_usd(self) -> float | None:

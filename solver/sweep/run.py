@@ -42,24 +42,12 @@ def plan_point(point: GridPoint, request: SearchRequest) -> PlannedPoint:
     """The best plan for one point (``request`` already carries its GPU count and batch)."""
     request = replace(request, top_k=1)
     held, _run = find_plans(request)
-    if not held:
-        return PlannedPoint(PointResult(point.cluster, point.num_gpus, point.global_batch_size, feasible=False), None)
-    best = held[0]
-    prediction = best.evaluation.prediction
-    return PlannedPoint(
-        PointResult(
-            cluster=point.cluster,
-            num_gpus=best.num_gpus,
-            global_batch_size=point.global_batch_size,
-            feasible=True,
-            step_time_s=prediction.step_time_s,
-            tokens_per_s=prediction.tokens_per_s,
-            mfu=prediction.mfu,
-            time_to_train_s=prediction.time_to_train_s,
-            gpu_hour_price_usd=price_usd(request),
-        ),
-        best.parallel,
+    best = held[0] if held else None
+    result = PointResult.planned(
+        point.cluster, best.num_gpus if best else point.num_gpus, point.global_batch_size,
+        best.evaluation.prediction if best else None, price_usd(request),
     )
+    return PlannedPoint(result, best.parallel if best else None)
 
 
 def _plan_chunk(chunk: list[tuple[GridPoint, SearchRequest]]) -> list[PlannedPoint]:
