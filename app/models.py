@@ -2,9 +2,10 @@
 
 from app.catalog.models import CustomCluster, CustomModel
 from app.core.db import Base
+from app.jobs.models import Job, JobPoint
 from app.plans.models import Plan, PlanCandidate
 from app.profiles.models import Profile
 from app.sweeps.models import Sweep, SweepPoint
 from app.tokens.models import ApiToken
 
-__all__ = ["ApiToken", "Base", "CustomCluster", "CustomModel", "Plan", "PlanCandidate", "Profile", "Sweep", "SweepPoint"]
+__all__ = ["ApiToken", "Base", "CustomCluster", "CustomModel", "Job", "JobPoint", "Plan", "PlanCandidate", "Profile", "Sweep", "SweepPoint"]
