@@ -47,12 +47,15 @@ CLUSTER_OPTIONAL = (
 # What a software stack sets (data/stacks.json "facts"): TrainingSpec fields, by name.
 STACK_FACTS = (
     "flash_attention", "fused_kernels", "overlap_grad_reduce", "zero3_collectives", "zero3_overlap",
-    "tp_comm_overlap", "overlap_p2p_comm", "host_s_per_layer",
+    "tp_comm_overlap", "overlap_p2p_comm", "host_s_per_layer", "selective_recompute",
 )
 
 MODEL_FIELDS = (
     "name", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size",
     "vocab_size", "seq_length", "mlp_activation", "tied_embeddings", "architecture", "position_embedding",
+    # Mixture of experts and multi-head latent attention (absent: dense, standard attention).
+    "num_experts", "experts_per_token", "moe_ffn_hidden_size", "num_shared_experts", "first_dense_layers",
+    "moe_layer_interval", "router", "kv_lora_rank", "q_lora_rank", "qk_head_dim", "qk_rope_head_dim", "v_head_dim",
 )
 MODEL_REQUIRED = ("name", "num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length")
 

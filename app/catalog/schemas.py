@@ -27,6 +27,9 @@ from app.core.types import (
 )
 
 PrecisionName = Literal["fp16", "bf16", "fp8"]
+# Expert counts: DeepSeek-V3 has 256 routed experts; 4096 bounds a search's expert-parallel sizes.
+ExpertCount = Annotated[int, Field(strict=True, ge=0, le=4096)]
+LatentWidth = Annotated[int, Field(strict=True, ge=0, le=2**24)]
 
 GPT3_1_3B_EXAMPLE = {
     "name": "my-gpt-1.3b",
@@ -82,6 +85,24 @@ class ModelSpecIn(BaseModel):
     tied_embeddings: Flag = True
     architecture: Literal["decoder", "encoder"] = "decoder"
     position_embedding: Literal["learned", "none"] = "learned"
+    # Mixture of experts (solver.spec.model.ModelSpec): absent for a dense model.
+    num_experts: ExpertCount | None = Field(None, description="routed experts per MoE layer; 0 or 1: dense")
+    experts_per_token: ExpertCount | None = Field(None, description="experts each token is routed to (top-k)")
+    moe_ffn_hidden_size: Size | None = Field(None, description="one expert's MLP width; default: ffn_hidden_size")
+    num_shared_experts: ExpertCount | None = Field(None, description="experts every token uses (DeepSeekMoE)")
+    first_dense_layers: Annotated[int, Field(strict=True, ge=0, le=1024)] | None = Field(
+        None, description="leading layers with a dense MLP (DeepSeek-V3: 3)"
+    )
+    moe_layer_interval: Annotated[int, Field(strict=True, ge=1, le=1024)] | None = Field(
+        None, description="every n-th layer after the dense ones has experts (1: all)"
+    )
+    router: Literal["softmax_topk", "sigmoid_topk"] | None = None
+    # Multi-head latent attention (DeepSeek-V2/V3): absent for standard attention.
+    kv_lora_rank: LatentWidth | None = Field(None, description="K/V latent rank; above 0: multi-head latent attention")
+    q_lora_rank: LatentWidth | None = None
+    qk_head_dim: LatentWidth | None = None
+    qk_rope_head_dim: LatentWidth | None = None
+    v_head_dim: LatentWidth | None = None
 
 
 class GpuSpecIn(BaseModel):
@@ -239,6 +260,18 @@ class StoredModelSpec(BaseModel):
     tied_embeddings: bool
     architecture: str
     position_embedding: str | MISSING = MISSING
+    num_experts: int | None | MISSING = MISSING
+    experts_per_token: int | None | MISSING = MISSING
+    moe_ffn_hidden_size: int | None | MISSING = MISSING
+    num_shared_experts: int | None | MISSING = MISSING
+    first_dense_layers: int | None | MISSING = MISSING
+    moe_layer_interval: int | None | MISSING = MISSING
+    router: str | None | MISSING = MISSING
+    kv_lora_rank: int | None | MISSING = MISSING
+    q_lora_rank: int | None | MISSING = MISSING
+    qk_head_dim: int | None | MISSING = MISSING
+    qk_rope_head_dim: int | None | MISSING = MISSING
+    v_head_dim: int | None | MISSING = MISSING
     source: str | MISSING = Field(MISSING, description="where the shape comes from")
 
 

@@ -19,33 +19,92 @@ def _has_biases(model: ModelSpec) -> bool:
 
 
 def attention_weight_count(model: ModelSpec) -> int:
-    """Q and output projections h x h, K and V projections h x kv_hidden (GQA shrinks them)."""
-    return 2 * model.hidden_size * model.hidden_size + 2 * model.hidden_size * model.kv_hidden_size
+    """Q and output projections h x h, K and V projections h x kv_hidden (GQA shrinks them).
+
+    Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, Sec 2.1.2-2.1.3 eqs. 9-14, and
+    Appendix C's rope split): Q down h x q_lora then up q_lora x H(d_qk + d_rope) (or h x that
+    without a Q latent), the joint K/V down h x (kv_lora + d_rope) (the rope key is shared by
+    all heads), K/V up kv_lora x H(d_qk + d_v), output H d_v x h."""
+    h = model.hidden_size
+    if not model.is_mla:
+        return 2 * h * h + 2 * h * model.kv_hidden_size
+    heads = model.num_attention_heads
+    query_width = heads * (model.qk_head_dim + model.qk_rope_head_dim)
+    query = (h * model.q_lora_rank + model.q_lora_rank * query_width) if model.q_lora_rank else h * query_width
+    key_value = h * (model.kv_lora_rank + model.qk_rope_head_dim) + model.kv_lora_rank * heads * (model.qk_head_dim + model.v_head_dim)
+    return query + key_value + heads * model.v_head_dim * h
 
 
 def mlp_weight_count(model: ModelSpec) -> int:
+    """The dense MLP's weights (every layer of a dense model; the first, dense layers of an MoE one)."""
     return model.mlp_gemm_count * model.hidden_size * model.ffn_hidden_size
 
 
-def layer_weight_count(model: ModelSpec) -> int:
-    """GEMM weights of one transformer layer (12h^2 for a GPT layer, eq. 2)."""
-    return attention_weight_count(model) + mlp_weight_count(model)
+def expert_weight_count(model: ModelSpec) -> int:
+    """One expert's weights: an MLP of inner width ``moe_ffn_hidden_size`` (0 for a dense model)."""
+    if not model.is_moe:
+        return 0
+    return model.mlp_gemm_count * model.hidden_size * model.moe_ffn_hidden_size
 
 
-def layer_parameter_count(model: ModelSpec) -> int:
-    """All parameters of one transformer layer.
+def router_weight_count(model: ModelSpec) -> int:
+    """The router's h x num_experts gate (Switch Transformer, Fedus et al. 2021 Sec 2.1;
+    DeepSeek-V3 Sec 2.1.2's expert centroids), one per MoE layer."""
+    return model.hidden_size * model.num_experts if model.is_moe else 0
+
+
+def routed_expert_weight_count(model: ModelSpec) -> int:
+    """The routed experts' weights of one MoE layer, all of them: what expert parallelism
+    shards (each of ep ranks holds num_experts / ep experts)."""
+    return model.num_experts * expert_weight_count(model)
+
+
+def moe_mlp_weight_count(model: ModelSpec, active: bool = False) -> int:
+    """The MLP of one MoE layer: routed experts (all, or the top-k a token uses when
+    ``active``), shared experts and the router (DeepSeekMoE, Dai et al. 2024 Sec 3)."""
+    routed = model.experts_per_token if active else model.num_experts
+    return (routed + model.num_shared_experts) * expert_weight_count(model) + router_weight_count(model)
+
+
+def layer_weight_count(model: ModelSpec, moe: bool = False, active: bool = False) -> int:
+    """GEMM weights of one transformer layer (12h^2 for a GPT layer, eq. 2); of an MoE layer
+    when ``moe``, counting only the experts a token uses when ``active``."""
+    mlp = moe_mlp_weight_count(model, active) if moe else mlp_weight_count(model)
+    return attention_weight_count(model) + mlp
+
+
+def layer_parameter_count(model: ModelSpec, moe: bool = False, active: bool = False) -> int:
+    """All parameters of one transformer layer (an MoE layer when ``moe``; its top-k and shared
+    experts only when ``active``).
 
     GPT-style: 12h^2 + 13h (Narayanan et al. 2021 eq. 2: QKV and output biases 4h, MLP biases
-    4h + h, two LayerNorms 4h). SwiGLU/RMSNorm style: GEMM weights + 2h norm scales.
+    4h + h, two LayerNorms 4h). SwiGLU/RMSNorm style: GEMM weights + 2h norm scales. A GELU
+    expert carries its MLP's two biases.
     """
     h = model.hidden_size
     if _has_biases(model):
-        biases = (h + 2 * model.kv_hidden_size + h) + (model.ffn_hidden_size + h)
+        if moe:
+            experts = (model.experts_per_token if active else model.num_experts) + model.num_shared_experts
+            mlp_biases = experts * (model.moe_ffn_hidden_size + h)
+        else:
+            mlp_biases = model.ffn_hidden_size + h
+        biases = (h + 2 * model.kv_hidden_size + h) + mlp_biases
         norms = 4 * h
     else:
         biases = 0
-        norms = 2 * h
-    return layer_weight_count(model) + biases + norms
+        norms = 2 * h + model.q_lora_rank + model.kv_lora_rank  # MLA normalises its latents (RMSNorm)
+    return layer_weight_count(model, moe, active) + biases + norms
+
+
+def layer_expert_parameter_count(model: ModelSpec) -> int:
+    """Parameters of one MoE layer that expert parallelism shards: the routed experts (with
+    their biases for GELU experts). Shared experts, the router, attention and norms are
+    replicated over the expert-parallel ranks like any dense parameter (Megatron-core's
+    ``SharedExpertMLP`` and ``TopKRouter`` sit outside the ``experts`` module)."""
+    if not model.is_moe:
+        return 0
+    biases = model.num_experts * (model.moe_ffn_hidden_size + model.hidden_size) if _has_biases(model) else 0
+    return routed_expert_weight_count(model) + biases
 
 
 def layer_parameter_tensor_count(model: ModelSpec) -> int:
@@ -96,20 +155,53 @@ def head_parameter_tensor_count(model: ModelSpec) -> int:
 
 
 def total_parameter_count(model: ModelSpec) -> int:
+    """Every parameter, all experts included (Mixtral 8x7B: 46.7B; DeepSeek-V3: 671B)."""
+    moe_layers = model.num_moe_layers
     return (
         embedding_parameter_count(model)
-        + model.num_layers * layer_parameter_count(model)
+        + (model.num_layers - moe_layers) * layer_parameter_count(model)
+        + moe_layers * layer_parameter_count(model, moe=True)
         + head_parameter_count(model)
     )
 
 
-def layer_forward_gemm_flops(model: ModelSpec, tokens: int) -> float:
-    """Dense-GEMM FLOPs of one layer's forward pass over ``tokens`` tokens (24*B*s*h^2 for GPT)."""
-    return 2.0 * tokens * layer_weight_count(model)
+def active_parameter_count(model: ModelSpec) -> int:
+    """Parameters one token uses: the top-k and shared experts of each MoE layer instead of all
+    of them, embedding and output layer included (Mixtral 8x7B: 12.9B, Jiang et al. 2024 Sec 2;
+    DeepSeek-V3: 37B). The total for a dense model."""
+    moe_layers = model.num_moe_layers
+    return (
+        embedding_parameter_count(model)
+        + (model.num_layers - moe_layers) * layer_parameter_count(model)
+        + moe_layers * layer_parameter_count(model, moe=True, active=True)
+        + head_parameter_count(model)
+    )
+
+
+def layer_forward_gemm_flops(model: ModelSpec, tokens: int, moe: bool = False) -> float:
+    """GEMM FLOPs of one layer's forward pass over ``tokens`` tokens (24*B*s*h^2 for GPT); for
+    an MoE layer those of the experts each token uses (top-k and shared) and the router, the
+    active-parameter FLOPs the field reports MoE MFU in (DeepSeek-V3 Sec 3; Megatron-core's
+    ``num_floating_point_operations`` for MoE)."""
+    return 2.0 * tokens * layer_weight_count(model, moe, active=True)
+
+
+def mean_layer_forward_gemm_flops(model: ModelSpec, tokens: int) -> float:
+    """``layer_forward_gemm_flops`` averaged over the model's dense and MoE layers."""
+    if not model.is_moe:
+        return layer_forward_gemm_flops(model, tokens)
+    moe_layers = model.num_moe_layers
+    dense = (model.num_layers - moe_layers) * layer_forward_gemm_flops(model, tokens)
+    return (dense + moe_layers * layer_forward_gemm_flops(model, tokens, moe=True)) / model.num_layers
 
 
 def attention_score_flops(model: ModelSpec, batch: int, seq_length: int) -> float:
-    """Forward FLOPs of Q K^T and softmax(.) V over the whole sequence: 4*B*s^2*h (eq. 3)."""
+    """Forward FLOPs of Q K^T and softmax(.) V over the whole sequence: 4*B*s^2*h (eq. 3); with
+    multi-head latent attention 2*B*s^2*H*(d_qk + d_rope) for the scores and 2*B*s^2*H*d_v for
+    the values (its heads are wider than h / H: DeepSeek-V3 192 and 128 against 56)."""
+    if model.is_mla:
+        width = model.num_attention_heads * (model.qk_head_dim + model.qk_rope_head_dim + model.v_head_dim)
+        return 2.0 * batch * seq_length * seq_length * width
     return 4.0 * batch * seq_length * seq_length * model.hidden_size
 
 
@@ -132,10 +224,10 @@ def model_flops_per_iteration(model: ModelSpec, batch: int, seq_length: int) -> 
     """Model FLOPs of one training iteration (forward + backward = 3x forward, no recompute).
 
     For a GPT model this is Korthikanti et al. 2022 eq. 7:
-    72*B*L*s*h^2 * (1 + s/(6h) + V/(12*h*L)).
+    72*B*L*s*h^2 * (1 + s/(6h) + V/(12*h*L)). MoE layers count their active experts only.
     """
     tokens = batch * seq_length
-    per_layer = layer_forward_gemm_flops(model, tokens) + attention_score_flops(model, batch, seq_length)
+    per_layer = mean_layer_forward_gemm_flops(model, tokens) + attention_score_flops(model, batch, seq_length)
     forward = model.num_layers * per_layer + logits_forward_flops(model, predicted_tokens(model, tokens))
     return 3.0 * forward
 
@@ -152,7 +244,7 @@ def hardware_flops_per_iteration(
     are; the rest follow ``recompute``.
     """
     tokens = batch * seq_length
-    per_layer_forward = layer_forward_gemm_flops(model, tokens) + attention_score_flops(model, batch, seq_length)
+    per_layer_forward = mean_layer_forward_gemm_flops(model, tokens) + attention_score_flops(model, batch, seq_length)
     base = model_flops_per_iteration(model, batch, seq_length)
     if full_recompute_fraction is None:
         full_recompute_fraction = 1.0 if recompute is Recompute.FULL else 0.0

@@ -18,6 +18,14 @@ class PositionEmbedding(str, Enum):
     NONE = "none"  # rotary or ALiBi: no parameters
 
 
+class Router(str, Enum):
+    """How a mixture-of-experts layer picks each token's experts (the cost model treats both alike:
+    an h x num_experts GEMM and a top-k)."""
+
+    SOFTMAX_TOPK = "softmax_topk"  # softmax over expert logits, top-k (Switch, GShard, Mixtral, Qwen-MoE)
+    SIGMOID_TOPK = "sigmoid_topk"  # sigmoid affinities, top-k, bias-adjusted balancing (DeepSeek-V3 Sec 2.1.2)
+
+
 class Architecture(str, Enum):
     DECODER = "decoder"  # GPT, Llama: causal LM head over the vocabulary
     ENCODER = "encoder"  # BERT: masked-LM head over the vocabulary
@@ -29,6 +37,21 @@ class ModelSpec:
 
     ``num_kv_heads`` below ``num_attention_heads`` means grouped-query attention;
     ``ffn_hidden_size`` is the inner width of the MLP (4h for GPT-style GELU MLPs).
+
+    Mixture of experts: ``num_experts`` above 1 replaces the MLP of the MoE layers by that many
+    routed experts of inner width ``moe_ffn_hidden_size`` (default ``ffn_hidden_size``), of which
+    each token uses ``experts_per_token`` (top-k), plus ``num_shared_experts`` experts of the same
+    width that every token uses (DeepSeekMoE, Dai et al. 2024; Qwen-MoE). The first
+    ``first_dense_layers`` layers keep a dense MLP of ``ffn_hidden_size`` (DeepSeek-V3: 3); after
+    them every ``moe_layer_interval``-th layer is an MoE layer (1: all of them; Llama 4 Maverick
+    alternates, 2: layers first_dense + 1, + 3, ..., as Hugging Face's ``interleave_moe_layer_step``).
+    ``num_experts`` 0 (the default) or 1 is a dense model and takes none of the other MoE fields.
+
+    Multi-head latent attention (DeepSeek-V2 Sec 2.1, DeepSeek-V3 Sec 2.1.1): ``kv_lora_rank``
+    above 0 compresses K and V through a rank-``kv_lora_rank`` latent (and Q through
+    ``q_lora_rank`` when above 0); each head has a ``qk_head_dim`` + ``qk_rope_head_dim`` query and
+    key and a ``v_head_dim`` value. It changes the attention's weights (so parameter counts and
+    FLOPs); the analytic layer time still costs the projections as h-wide ones.
     """
 
     name: str
@@ -44,6 +67,20 @@ class ModelSpec:
     tied_embeddings: bool = True
     architecture: Architecture = Architecture.DECODER
     position_embedding: PositionEmbedding = PositionEmbedding.LEARNED
+    # Mixture of experts (all at their defaults: a dense model).
+    num_experts: int = 0
+    experts_per_token: int = 0  # top-k; required (>= 1) when num_experts > 1
+    moe_ffn_hidden_size: int = None  # type: ignore[assignment]  # None: ffn_hidden_size (MoE models)
+    num_shared_experts: int = 0
+    first_dense_layers: int = 0
+    moe_layer_interval: int = 1
+    router: Router = Router.SOFTMAX_TOPK
+    # Multi-head latent attention (all 0: standard multi-head / grouped-query attention).
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
 
     def __post_init__(self) -> None:
         for field in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length"):
@@ -71,6 +108,85 @@ class ModelSpec:
         object.__setattr__(self, "mlp_activation", MlpActivation(self.mlp_activation))
         object.__setattr__(self, "architecture", Architecture(self.architecture))
         object.__setattr__(self, "position_embedding", PositionEmbedding(self.position_embedding))
+        self._check_experts()
+        self._check_latent_attention()
+
+    def _check_latent_attention(self) -> None:
+        """MLA's fields: non-negative; with kv_lora_rank > 0 the head widths are required, without
+        it every MLA field stays 0."""
+        fields = ("kv_lora_rank", "q_lora_rank", "qk_head_dim", "qk_rope_head_dim", "v_head_dim")
+        for field in fields:
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise SpecError(f"model.{field}", f"must be a non-negative integer, got {value!r}")
+        if not self.is_mla:
+            for field in fields[1:]:
+                if getattr(self, field):
+                    raise SpecError(f"model.{field}", "is a multi-head latent attention field: needs kv_lora_rank > 0")
+            return
+        for field in ("qk_head_dim", "v_head_dim"):
+            if getattr(self, field) < 1:
+                raise SpecError(f"model.{field}", "must be a positive integer with multi-head latent attention (kv_lora_rank > 0)")
+
+    @property
+    def is_mla(self) -> bool:
+        """Whether attention is multi-head latent attention (kv_lora_rank above 0)."""
+        return self.kv_lora_rank > 0
+
+    def _check_experts(self) -> None:
+        """The mixture-of-experts fields: all at their defaults for a dense model; for an MoE
+        model top-k in 1..num_experts, positive widths and counts, and at least one MoE layer."""
+        for field in ("num_experts", "experts_per_token", "num_shared_experts", "first_dense_layers"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise SpecError(f"model.{field}", f"must be a non-negative integer, got {value!r}")
+        try:
+            object.__setattr__(self, "router", Router(self.router))
+        except ValueError:
+            raise SpecError("model.router", f"must be one of {', '.join(r.value for r in Router)}, got {self.router!r}") from None
+        if not self.is_moe:
+            for field, dense in (
+                ("experts_per_token", 0), ("moe_ffn_hidden_size", None), ("num_shared_experts", 0),
+                ("first_dense_layers", 0), ("moe_layer_interval", 1),
+            ):
+                if getattr(self, field) != dense:
+                    raise SpecError(f"model.{field}", f"is a mixture-of-experts field: needs num_experts > 1, got num_experts={self.num_experts}")
+            return
+        if self.moe_ffn_hidden_size is None:
+            object.__setattr__(self, "moe_ffn_hidden_size", self.ffn_hidden_size)
+        for field in ("moe_ffn_hidden_size", "moe_layer_interval"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SpecError(f"model.{field}", f"must be a positive integer, got {value!r}")
+        if not 1 <= self.experts_per_token <= self.num_experts:
+            raise SpecError(
+                "model.experts_per_token",
+                f"must be between 1 and num_experts={self.num_experts} (each token's top-k experts), got {self.experts_per_token}",
+            )
+        if self.num_moe_layers < 1:
+            raise SpecError(
+                "model.first_dense_layers",
+                f"{self.first_dense_layers} dense layers and moe_layer_interval {self.moe_layer_interval} leave no MoE layer"
+                f" among num_layers={self.num_layers}",
+            )
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether some layers route tokens to experts (num_experts above 1)."""
+        return self.num_experts > 1
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether layer ``index`` (0-based) has experts: past the first dense layers, every
+        ``moe_layer_interval``-th one (see the class docstring)."""
+        if not self.is_moe or index < self.first_dense_layers:
+            return False
+        return (index - self.first_dense_layers + 1) % self.moe_layer_interval == 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        if not self.is_moe:
+            return 0
+        return max(0, self.num_layers - self.first_dense_layers) // self.moe_layer_interval
 
     @property
     def head_dim(self) -> int:
