@@ -138,12 +138,14 @@ def test_choose_batch_picks_the_fastest_and_accounts_for_every_second() -> None:
     request = _request()
     noise = NoiseScale.given(2.6e10, target_loss=2.5)
     result, choice = choose_batch(request, BatchRequest(noise, candidate_batches(512)))
-    times = {p.global_batch_size: p.time_to_train_s for p in choice.points}
-    assert all(t is not None for t in times.values())
+    times = {p.global_batch_size: p.time_to_train_s or math.inf for p in choice.points}
+    assert all(math.isfinite(t) for t in times.values())
     chosen = choice.chosen_global_batch_size
     assert chosen == min(times, key=lambda b: times[b])
     assert min(times) < chosen < max(times)  # an interior optimum: the trade-off is real
     for p in choice.points:
+        assert p.time_to_train_s is not None and p.step_time_s is not None and p.num_gpus is not None
+        assert p.time_for_min_tokens_s is not None and p.time_for_extra_tokens_s is not None
         assert p.time_to_train_s == pytest.approx(p.cost.steps * p.step_time_s, rel=1e-9)
         assert p.time_to_train_s == pytest.approx(p.time_for_min_tokens_s + p.time_for_extra_tokens_s, rel=1e-12)
         assert p.cost_usd == pytest.approx(p.time_to_train_s * p.num_gpus * 5.12 / 3600)

@@ -15,7 +15,18 @@ from app.catalog.schemas import (
     StoredModelSpec,
 )
 from app.core.dimensions import constraint_fields
-from app.core.types import LIST_MAX_ITEMS, DeadlineS, Flag, MemoryFraction, PositiveFloat, PositiveInt, PriceUsd, Reference, not_given
+from app.core.types import (
+    LIST_MAX_ITEMS,
+    DeadlineS,
+    Flag,
+    MemoryFraction,
+    PositiveFloat,
+    PositiveInt,
+    PriceUsd,
+    Reference,
+    TrainTokens,
+    not_given,
+)
 from app.evaluations.schemas import Memory, MemoryBreakdown, Parallel, PipelineStage, PredictionOut, Training
 from app.profiles.schemas import ProfileDocumentOut
 
@@ -62,6 +73,28 @@ ConstraintsIn = create_model(
 )
 
 
+class CriticalBatchIn(BaseModel):
+    """Let the planner choose the global batch size: the run needs ``min_tokens`` (E_min) at a
+    small batch and E = E_min (1 + B / B_noise) tokens at a batch of B tokens (McCandlish et al.
+    2018); B_noise is ``noise_scale_tokens``, or Kaplan et al. 2020's critical batch at
+    ``target_loss``. The plan search runs at each batch size of ``global_batch_size`` (by
+    doubling from min to max; default: training.global_batch_size / 8 to x 8) and keeps the one
+    that trains fastest (min_time_to_train) or cheapest (min_cost). Replaces training.train_tokens."""
+
+    model_config = ConfigDict(
+        extra="forbid", title="CriticalBatch",
+        json_schema_extra={"examples": [{"min_tokens": 2.6e10, "target_loss": 2.5, "global_batch_size": {"min": 64, "max": 4096}}]},
+    )
+
+    min_tokens: TrainTokens = Field(description="E_min: tokens to reach the target with a small batch")
+    noise_scale_tokens: PositiveFloat | None = not_given("B_noise, tokens (measured gradient noise scale)")
+    target_loss: PositiveFloat | None = not_given("target loss, nats/token: B_noise is Kaplan et al. 2020's B_crit(L)")
+    global_batch_size: IntRange | None = not_given("global batch sizes (sequences) to compare")
+
+
+ClusterList = Annotated[list[Reference], Field(min_length=2, max_length=8)]
+
+
 PLAN_EXAMPLE = {
     "model": "gpt3-1.3b",
     "cluster": "dgx-a100-80gb-x1",
@@ -82,9 +115,12 @@ class PlanRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [PLAN_EXAMPLE]})
 
     model: Reference | ModelSpecIn
-    cluster: Reference | ClusterSpecIn
+    cluster: Reference | ClusterSpecIn | ClusterList = Field(
+        description="a catalog name or inline spec; or 2 to 8 catalog names to plan on each and compare"
+    )
     num_gpus: PositiveInt | None = None
     training: Training
+    critical_batch: CriticalBatchIn | None = not_given()
     objective: Objective = "max_throughput"
     constraints: ConstraintsIn = Field(default_factory=ConstraintsIn)
     top_k: Annotated[int, Field(strict=True, ge=1, le=50)] = 5
@@ -210,9 +246,10 @@ class NormalisedRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str | StoredModelSpec
-    cluster: str | StoredClusterSpec
+    cluster: str | StoredClusterSpec | list[str]
     num_gpus: int | MISSING = MISSING
     training: Training
+    critical_batch: CriticalBatchIn | MISSING = MISSING
     objective: Objective
     constraints: ConstraintsIn
     top_k: int
@@ -273,6 +310,78 @@ class CatalogSnapshot(BaseModel):
     profile: ProfileSnapshot | MISSING = MISSING
 
 
+class BatchPointOut(BaseModel):
+    """The best plan at one global batch size, and what reaching the target with it takes."""
+
+    model_config = ConfigDict(extra="forbid", title="BatchPoint")
+
+    global_batch_size: int = Field(description="sequences per step")
+    tokens_per_step: float
+    status: PlanStatus
+    steps: float = Field(description="S = S_min (1 + B_noise / B)")
+    min_steps: float = Field(description="S_min = E_min / B_noise")
+    tokens: float = Field(description="E = E_min (1 + B / B_noise)")
+    extra_tokens: float = Field(description="E - E_min: the tokens this batch's size costs")
+    num_gpus: int | None
+    parallel: Parallel | None
+    step_time_s: float | None
+    tokens_per_s: float | None
+    time_to_train_s: float | None = Field(description="steps x step_time_s = tokens / tokens_per_s")
+    time_for_min_tokens_s: float | None = Field(description="E_min / tokens_per_s: the work any batch does")
+    time_for_extra_tokens_s: float | None = Field(description="extra_tokens / tokens_per_s: what the batch's size adds")
+    cost_usd: float | None
+    objective_value: float | None
+
+
+class BatchChoiceOut(BaseModel):
+    """How the global batch size was chosen (requests with ``critical_batch``). The plan's
+    candidates are the search at ``chosen_global_batch_size``."""
+
+    model_config = ConfigDict(extra="forbid", title="BatchChoice")
+
+    noise_scale_tokens: float = Field(description="B_noise (B_crit), tokens")
+    noise_scale_source: Literal["request", "kaplan2020"]
+    target_loss: float | None = Field(description="nats/token, when B_noise is Kaplan et al. 2020's B_crit(L)")
+    min_tokens: float = Field(description="E_min, tokens")
+    min_steps: float = Field(description="S_min = E_min / B_noise")
+    reference_global_batch_size: int = Field(description="the request's training.global_batch_size")
+    chosen_global_batch_size: int | None = Field(description="null: nothing fits at any batch compared")
+    points: list[BatchPointOut]
+    summary: str
+
+
+class ClusterRowOut(BaseModel):
+    """One cluster's best plan, beside the others'."""
+
+    model_config = ConfigDict(extra="forbid", title="ClusterRow")
+
+    cluster: str
+    status: PlanStatus
+    num_gpus: int | None
+    parallel: Parallel | None
+    global_batch_size: int | None
+    step_time_s: float | None
+    tokens_per_s: float | None
+    mfu: float | None
+    time_to_train_s: float | None
+    gpu_hour_price_usd: float | None
+    cost_usd: float | None = Field(description="time_to_train_s x GPUs x GPU-hour price")
+    objective_value: float | None
+    summary: str = Field(description="the best plan in words, or why nothing fits")
+
+
+class ClusterComparisonOut(BaseModel):
+    """Requests naming several clusters: each cluster's best plan side by side, and which won
+    (lowest objective value). The plan's candidates and snapshot are the winner's."""
+
+    model_config = ConfigDict(extra="forbid", title="ClusterComparison")
+
+    objective: Objective
+    chosen_cluster: str | None = Field(description="null: nothing fits on any cluster")
+    reason: str
+    clusters: list[ClusterRowOut]
+
+
 class Plan(BaseModel):
     """A stored plan: the normalised request, the result and what it was computed from."""
 
@@ -287,6 +396,8 @@ class Plan(BaseModel):
     candidates: list[CandidateOut]
     search: SearchStatistics
     explanation: ExplanationOut | None = Field(description="null when a plan was found")
+    batch_choice: BatchChoiceOut | MISSING = MISSING
+    cluster_comparison: ClusterComparisonOut | MISSING = MISSING
     catalog_snapshot: CatalogSnapshot
     versions: Versions
 

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.catalog.service import Resolved, resolve
+from app.catalog.service import Resolved
 from app.core.config import Settings
 from app.core.db import utc_now
 from app.core.metrics import Metrics
@@ -25,7 +25,7 @@ from app.core.single_flight import SingleFlight
 from app.core.solver_pool import InlineSolver, SolverPool, SolverSaturated, SolverUnavailable
 from app.core.versions import Versions
 from app.evaluations.service import check_num_gpus, error_band, resolve_training, training_spec
-from app.plans import repository, schemas
+from app.plans import choice, repository, schemas
 from app.plans.models import Plan, PlanCandidate
 from app.profiles.service import measured_profile
 from catalog.conversion import cluster_spec_on_gpu, gpu_spec_from_dict, model_spec_from_dict
@@ -62,17 +62,20 @@ class PlanOutcome:
     release: Callable[[], None] = _nothing_to_release
 
 
-def normalise(body: schemas.PlanRequest, time_budget_s: float, cluster_num_gpus: int) -> dict[str, Any]:
+def normalise(body: schemas.PlanRequest, time_budget_s: float, cluster_num_gpus: int | None) -> dict[str, Any]:
     """The request with defaults filled in and unset options dropped: equal requests are equal
     documents, whatever optional fields the client spelled out. A request that leaves
     ``num_gpus`` out plans on every GPU of the cluster unless a ``num_gpus`` constraint or the
-    min_gpus objective asks for a range, so it is written with that count, as one that names it."""
+    min_gpus objective asks for a range, so it is written with that count, as one that names it
+    (``cluster_num_gpus`` None: the request names several clusters, each planned on all its GPUs)."""
     request = body.model_dump(mode="json", exclude_none=True)
     # The stack and every fact it sets, written out: the stored plan says what it assumed, and a
     # request naming the default stack equals one that leaves it out.
     request["training"] = resolve_training(body.training).model_dump(mode="json", exclude_none=True)
     request["time_budget_s"] = time_budget_s
     request.setdefault("constraints", {})
+    if cluster_num_gpus is None:
+        return request
     if "num_gpus" not in request and "num_gpus" not in request["constraints"] and request.get("objective") != "min_gpus":
         request["num_gpus"] = cluster_num_gpus
     return request
@@ -122,7 +125,7 @@ def _search_request(
 
 def _plan_row(
     request: dict[str, Any], resolved: Resolved, result: schemas.SearchOutcome, versions: Versions, digest: str,
-    owner: str | None,
+    owner: str | None, choices: dict[str, Any] | None = None,
 ) -> Plan:
     plan = Plan(
         id=str(uuid.uuid4()),
@@ -138,7 +141,8 @@ def _plan_row(
         catalog_snapshot=resolved.snapshot,
         solver_version=versions.solver,
         ortools_version=versions.ortools,
-        search_stats=result.search.model_dump(mode="json"),
+        # The documents of a batch or cluster choice ride in the statistics' JSON (choice.CHOICE_KEYS).
+        search_stats=result.search.model_dump(mode="json") | (choices or {}),
         explanation=result.explanation.model_dump(mode="json") if result.explanation is not None else None,
         owner_token_id=owner,
     )
@@ -160,8 +164,11 @@ def plan_document(plan: Plan) -> schemas.Plan:
     """The stored plan as the API answers it; a stored document that no longer matches the
     schema fails here, not in a client."""
     candidates = [c.document for c in sorted(plan.candidates, key=lambda c: c.rank)]
+    stats = {k: v for k, v in plan.search_stats.items() if k not in choice.CHOICE_KEYS}
+    choices = {k: v for k, v in plan.search_stats.items() if k in choice.CHOICE_KEYS}
     return schemas.Plan.model_validate(
         {
+            **choices,
             "id": plan.id,
             "created_at": plan.created_at,
             "status": plan.status,
@@ -169,7 +176,7 @@ def plan_document(plan: Plan) -> schemas.Plan:
             "request": plan.request,
             "best": candidates[0] if candidates else None,
             "candidates": candidates,
-            "search": plan.search_stats,
+            "search": stats,
             "explanation": plan.explanation,
             "catalog_snapshot": plan.catalog_snapshot,
             "versions": {"solver": plan.solver_version, "ortools": plan.ortools_version},
@@ -180,9 +187,19 @@ def plan_document(plan: Plan) -> schemas.Plan:
 def _solve(pool: SolverPool | InlineSolver, metrics: Metrics, settings: Settings, search_request: SearchRequest) -> schemas.SearchOutcome:
     """Search in the solver pool. A SpecError raised by the search crosses the pool as itself
     and is answered as a 422 naming the field."""
+    result = _run_in_pool(pool, metrics, settings, search, (search_request,), search_request.time_budget_s)
+    return schemas.SearchOutcome.model_validate(result.to_dict())
+
+
+def _run_in_pool(
+    pool: SolverPool | InlineSolver, metrics: Metrics, settings: Settings, function: Callable[..., Any], args: tuple,
+    time_budget_s: float,
+) -> Any:
+    """``function(*args)`` in the solver pool, given ``time_budget_s`` plus the grace; busy,
+    overrun and invalid requests answered as problems."""
     started_s = time.perf_counter()
     try:
-        result = pool.run(search, search_request, timeout_s=search_request.time_budget_s + settings.solver_grace_s)
+        result = pool.run(function, *args, timeout_s=time_budget_s + settings.solver_grace_s)
     except SolverSaturated as busy:
         metrics.solver_rejections.inc()
         raise Problem(
@@ -198,8 +215,9 @@ def _solve(pool: SolverPool | InlineSolver, metrics: Metrics, settings: Settings
     except SpecError as error:
         metrics.solve_duration_s.labels(outcome="invalid").observe(time.perf_counter() - started_s)
         raise from_spec_error(error, "body") from None
-    metrics.solve_duration_s.labels(outcome=result.status).observe(time.perf_counter() - started_s)
-    return schemas.SearchOutcome.model_validate(result.to_dict())
+    status = result.status if hasattr(result, "status") else "succeeded"
+    metrics.solve_duration_s.labels(outcome=status).observe(time.perf_counter() - started_s)
+    return result
 
 
 def create_plan(
@@ -218,7 +236,7 @@ def create_plan(
     call ``release``. With ``flights``, an identical request already searching in this process
     is awaited instead of searched again."""
     time_budget_s = min(body.time_budget_s or settings.plan_time_budget_s, settings.plan_time_budget_s)
-    resolved = resolve(session, body.model, body.cluster, body.num_gpus)
+    resolved = choice.resolve_first(session, body)
     profile = None
     if body.profile_id is not None:
         document = measured_profile(session, body.profile_id, resolved.model, access=access)
@@ -227,9 +245,17 @@ def create_plan(
         resolved = replace(
             resolved, snapshot={**resolved.snapshot, "profile": {"id": body.profile_id, "document": profile_document(document)}}
         )
-    request = normalise(body, time_budget_s, resolved.cluster.num_gpus)
-    digest = request_hash(request, resolved.snapshot, versions, access.owner)
-    search_request = _search_request(body, resolved, time_budget_s, profile)
+    build = functools.partial(_search_request, body, time_budget_s=time_budget_s, profile=profile)
+    job: SearchRequest | choice.Prepared
+    if choice.needs_choice(body):
+        job = choice.prepare(session, body, resolved, build)
+        several = isinstance(body.cluster, list)
+        request = normalise(body, time_budget_s, None if several else resolved.cluster.num_gpus)
+        digest = request_hash(request, job.snapshot, versions, access.owner)
+    else:
+        request = normalise(body, time_budget_s, resolved.cluster.num_gpus)
+        digest = request_hash(request, resolved.snapshot, versions, access.owner)
+        job = build(resolved)
 
     stored = repository.get_by_hash(session, digest)
     if stored is not None:
@@ -252,7 +278,7 @@ def create_plan(
             release = functools.partial(flights.release, digest, event)
     try:
         return _search_and_add(
-            session, pool, metrics, settings, versions, request, resolved, digest, search_request, release, access.owner
+            session, pool, metrics, settings, versions, request, resolved, digest, job, release, access.owner
         )
     except BaseException:
         release()
@@ -261,11 +287,16 @@ def create_plan(
 
 def _search_and_add(
     session: Session, pool: SolverPool | InlineSolver, metrics: Metrics, settings: Settings, versions: Versions,
-    request: dict[str, Any], resolved: Resolved, digest: str, search_request: SearchRequest, release: Callable[[], None],
+    request: dict[str, Any], resolved: Resolved, digest: str, job: SearchRequest | choice.Prepared, release: Callable[[], None],
     owner: str | None,
 ) -> PlanOutcome:
-    result = _solve(pool, metrics, settings, search_request)
-    plan = _plan_row(request, resolved, result, versions, digest, owner)
+    choices: dict[str, Any] = {}
+    if isinstance(job, choice.Prepared):
+        run = functools.partial(_run_in_pool, pool, metrics, settings)
+        resolved, result, choices = choice.solve(job, run, job.requests[0].time_budget_s)
+    else:
+        result = _solve(pool, metrics, settings, job)
+    plan = _plan_row(request, resolved, result, versions, digest, owner, choices)
     try:
         repository.add(session, plan)
     except IntegrityError:
@@ -355,6 +386,9 @@ def export_candidate(
     cluster_entry = snapshot["cluster"]["entry"]
     parallel = parallel_from_dict(chosen.parallel.model_dump())
     training = training_spec(document.request.training)
+    chosen_batch = (plan.search_stats.get("batch_choice") or {}).get("chosen_global_batch_size")
+    if chosen_batch is not None:  # the candidates run at the batch the planner chose (critical_batch)
+        training = replace(training, global_batch_size=chosen_batch)
     export = export_plan(PlanToExport(model, training, parallel, cluster_entry["gpus_per_node"]), ExportFormat(export_format))
     prediction = _exported_prediction(snapshot, model, cluster_entry, export, ExportFormat(export_format))
     return schemas.PlanExport.model_validate({
