@@ -3,8 +3,12 @@ planner chooses the global batch size and explains the time it takes."""
 
 from __future__ import annotations
 
+import io
+import json
+
 import pytest
 
+from app import cli
 from conftest import assert_problem, error_fields
 
 
@@ -96,3 +100,12 @@ def test_the_export_runs_the_chosen_batch(api):
     assert export.status_code == 200, export.text
     script = next(f["content"] for f in export.json()["files"] if f["name"] == "pretrain_gpt.sh")
     assert f"--global-batch-size {chosen}" in script
+
+
+def test_cli_chooses_the_batch():
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["plan", "-"], env={}, out=out, err=err, stdin=io.StringIO(json.dumps(batch_body())))
+    assert code == 0, err.getvalue()
+    choice = json.loads(out.getvalue())["batch_choice"]
+    times = {p["global_batch_size"]: p["time_to_train_s"] for p in choice["points"]}
+    assert choice["chosen_global_batch_size"] == min(times, key=lambda b: times[b])

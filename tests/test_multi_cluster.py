@@ -3,8 +3,12 @@ min_cost and min_time_to_train choose among them and the plan compares them side
 
 from __future__ import annotations
 
+import io
+import json
+
 import pytest
 
+from app import cli
 from conftest import assert_problem, error_fields
 
 CLUSTERS = ["dgx-a100-80gb-x1", "dgx-h100-x1"]
@@ -98,3 +102,20 @@ def test_several_clusters_with_critical_batch(api):
 def test_bad_cluster_lists_are_a_422_naming_the_field(api, overrides, field):
     problem = assert_problem(api.post("/v1/plans", json=multi_body(**overrides)), 422)
     assert any(f == field or f.startswith(field + ".") for f in error_fields(problem)), problem
+
+
+def test_cli_plans_on_several_clusters_and_names_an_unknown_one():
+    def run(body: dict) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = cli.main(["plan", "-"], env={}, out=out, err=err, stdin=io.StringIO(json.dumps(body)))
+        return code, out.getvalue(), err.getvalue()
+
+    code, out, err = run(multi_body())
+    assert code == 0, err
+    plan = json.loads(out)
+    rows = plan["cluster_comparison"]["clusters"]
+    assert [row["cluster"] for row in rows] == CLUSTERS
+    assert plan["cluster_comparison"]["chosen_cluster"] == min(rows, key=lambda r: r["cost_usd"])["cluster"]
+    code, _, err = run(multi_body(cluster=["dgx-h100-x1", "no-such-cluster"]))
+    assert code == 2
+    assert json.loads(err)["errors"][0]["field"] == "body.cluster.1"
