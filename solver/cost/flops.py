@@ -160,7 +160,7 @@ def total_parameter_count(model: ModelSpec) -> int:
     return (
         embedding_parameter_count(model)
         + (model.num_layers - moe_layers) * layer_parameter_count(model)
-        + moe_layers * layer_parameter_count(model, moe=True)
+        + (moe_layers * layer_parameter_count(model, moe=True) if moe_layers else 0)  # a dense model has no expert widths
         + head_parameter_count(model)
     )
 
@@ -173,7 +173,7 @@ def active_parameter_count(model: ModelSpec) -> int:
     return (
         embedding_parameter_count(model)
         + (model.num_layers - moe_layers) * layer_parameter_count(model)
-        + moe_layers * layer_parameter_count(model, moe=True, active=True)
+        + (moe_layers * layer_parameter_count(model, moe=True, active=True) if moe_layers else 0)  # a dense model has no expert widths
         + head_parameter_count(model)
     )
 
