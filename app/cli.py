@@ -90,6 +90,35 @@ def _command_serve(args: argparse.Namespace, settings: Settings, out: IO[str]) -
     return 0
 
 
+def _command_worker(args: argparse.Namespace, settings: Settings, out: IO[str]) -> int:
+    """Run jobs' points from the queue on DATABASE_URL (Postgres) until SIGINT/SIGTERM."""
+    import asyncio
+    import logging
+
+    from app.core.db import make_engine, make_sessionmaker
+    from app.core.metrics import Metrics
+    from app.core.single_flight import SingleFlight
+    from app.core.solver_pool import SolverPool
+    from app.core.versions import current_versions
+    from app.jobs.queue import run_worker, worker_app
+    from app.jobs.work import Runtime
+
+    if settings.database_url.startswith("sqlite"):
+        out.write("partitura worker: jobs on SQLite run inside `partitura serve`; a worker needs a Postgres DATABASE_URL\n")
+        return EXIT_FAILURE
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    concurrency = args.concurrency or settings.solver_workers
+    engine = make_engine(settings.database_url, settings.database_timeout_s)
+    pool = SolverPool(concurrency, settings.solver_queue_depth, settings.retry_after_s)
+    runtime = Runtime(make_sessionmaker(engine), pool, Metrics(), settings, current_versions(), SingleFlight())
+    try:
+        asyncio.run(run_worker(worker_app(settings.database_url, runtime), concurrency, args.heartbeat_s))
+    finally:
+        pool.shutdown()
+        engine.dispose()
+    return 0
+
+
 def _command_db(args: argparse.Namespace, settings: Settings, out: IO[str]) -> int:
     from app.core import migrate
 
@@ -269,6 +298,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
     serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     serve.set_defaults(action=_command_serve)
+
+    worker = commands.add_parser("worker", help="run jobs (sweeps, async plans) from the queue on DATABASE_URL (Postgres)")
+    worker.add_argument("--concurrency", type=int, default=0, help="points run at once (default: PARTITURA_SOLVER_WORKERS)")
+    worker.add_argument(
+        "--heartbeat-s", type=float, default=10.0, help="seconds between heartbeats; a worker silent for 3 is taken for dead",
+    )
+    worker.set_defaults(action=_command_worker)
 
     db = commands.add_parser("db", help="database migrations on DATABASE_URL")
     db_commands = db.add_subparsers(dest="db_command", required=True, metavar="DB_COMMAND")

@@ -24,6 +24,9 @@ from app.core.solver_pool import SolverPool
 from app.core.versions import current_versions
 from app.evaluations.router import router as evaluations_router
 from app.health.router import router as health_router
+from app.jobs.router import router as jobs_router
+from app.jobs.runner import make_runner
+from app.jobs.work import Runtime
 from app.plans.router import router as plans_router
 from app.profiles.router import router as profiles_router
 from app.sizing.router import router as sizing_router
@@ -50,9 +53,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        jobs.resume()  # SQLite: open jobs left by a stopped process run here again
         try:
             yield
         finally:
+            jobs.shutdown()
             pool.shutdown()
             engine.dispose()
 
@@ -68,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             {"name": "plans", "description": "Search for parallel configurations; stored and idempotent"},
             {"name": "evaluations", "description": "Evaluate one configuration"},
             {"name": "sweeps", "description": "Plan a grid of GPU counts, clusters and batch sizes; scaling curves"},
+            {"name": "jobs", "description": "Sweeps and plans asked with `Prefer: respond-async`: poll, cancel"},
             {"name": "sizing", "description": "Compute-optimal model size and tokens for a budget (Chinchilla)"},
             {"name": "catalog", "description": "GPUs, models and clusters"},
             {"name": "operations", "description": "Health, readiness, metrics"},
@@ -83,6 +89,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = Metrics()
     app.state.versions = current_versions()
     app.state.migration_head = head_revision()
+    # Jobs (sweeps and plans asked with Prefer: respond-async): procrastinate workers on Postgres,
+    # threads of this process on SQLite (app.jobs.runner).
+    jobs = make_runner(
+        settings.database_url,
+        Runtime(app.state.sessionmaker, pool, app.state.metrics, settings, app.state.versions, app.state.single_flight),
+        settings.solver_workers,
+    )
+    app.state.jobs = jobs
 
     install_handlers(app)
     install_docs(app)
@@ -95,6 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(profiles_router)
     app.include_router(sweeps_router)
     app.include_router(sizing_router)
+    app.include_router(jobs_router)
     app.include_router(viewer_router)  # HTML pages of stored plans (/plans)
     app.include_router(tokens_router)
 

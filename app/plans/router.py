@@ -6,9 +6,12 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
+from fastapi.responses import JSONResponse
 
 from app.core.deps import MetricsDep, SessionDep, SettingsDep, SolverPoolDep
 from app.core.openapi import PROBLEM_RESPONSES, QUOTA_RESPONSES, SOLVER_RESPONSES
+from app.jobs import service as jobs_service
+from app.jobs.router import ACCEPTED_RESPONSE, PreferHeader, accepted, wants_async
 from app.plans import service
 from app.plans.schemas import ExportFormatName, Plan, PlanExport, PlanList, PlanRequest
 from app.tokens.auth import ReadAccess, SolveAccess, WriteAccess
@@ -23,6 +26,7 @@ router = APIRouter(prefix="/v1/plans", tags=["plans"], responses=PROBLEM_RESPONS
     status_code=status.HTTP_201_CREATED,
     responses={
         200: {"model": Plan, "description": "This exact request was planned before: the stored plan"},
+        **ACCEPTED_RESPONSE,
         **SOLVER_RESPONSES,
         **QUOTA_RESPONSES,
     },
@@ -36,9 +40,13 @@ def create_plan(
     metrics: MetricsDep,
     settings: SettingsDep,
     access: SolveAccess,
-) -> Plan:
+    prefer: PreferHeader = None,
+) -> Plan | JSONResponse:
     """Search for the best parallel configurations. An infeasible request is a result (status
-    "infeasible" with an explanation), not an error."""
+    "infeasible" with an explanation), not an error. With `Prefer: respond-async` the search
+    runs as a job (202, docs/jobs.md)."""
+    if wants_async(prefer):
+        return accepted(jobs_service.submit_plan(session, request.app.state.jobs, body, access))
     outcome = service.create_plan(
         session, pool, metrics, settings, request.app.state.versions, body, request.app.state.single_flight, access
     )

@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request, Response, status
+from fastapi.responses import JSONResponse
 
 from app.core.deps import MetricsDep, SessionDep, SettingsDep, SolverPoolDep
 from app.core.openapi import PROBLEM_RESPONSES, QUOTA_RESPONSES, SOLVER_RESPONSES
+from app.jobs import service as jobs_service
+from app.jobs.router import ACCEPTED_RESPONSE, PreferHeader, accepted, wants_async
 from app.sweeps import service
 from app.sweeps.schemas import Sweep, SweepRequest
 from app.tokens.auth import ReadAccess, SolveAccess
@@ -31,7 +34,7 @@ SVG_RESPONSE: dict[int | str, dict[str, Any]] = {
     operation_id="create_sweep",
     response_model=Sweep,
     status_code=status.HTTP_201_CREATED,
-    responses={**SOLVER_RESPONSES, **QUOTA_RESPONSES},
+    responses={**ACCEPTED_RESPONSE, **SOLVER_RESPONSES, **QUOTA_RESPONSES},
 )
 def create_sweep(
     body: SweepRequest,
@@ -42,10 +45,14 @@ def create_sweep(
     metrics: MetricsDep,
     settings: SettingsDep,
     access: SolveAccess,
-) -> Sweep:
+    prefer: PreferHeader = None,
+) -> Sweep | JSONResponse:
     """Plan every point of the grid (each point's best plan is stored as an ordinary plan and
-    linked), then fit the scaling curves and find the Pareto front. Runs within the request;
-    an infeasible point is a result, not an error."""
+    linked), then fit the scaling curves and find the Pareto front. Runs within the request
+    (201), or with `Prefer: respond-async` as a job (202, docs/jobs.md); an infeasible point is
+    a result, not an error."""
+    if wants_async(prefer):
+        return accepted(jobs_service.submit_sweep(session, request.app.state.jobs, body, access))
     document = service.create_sweep(
         session, request.app.state.sessionmaker, pool, metrics, settings, request.app.state.versions, body,
         request.app.state.single_flight, access,

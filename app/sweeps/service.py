@@ -3,7 +3,8 @@ each is stored, idempotent and searched in the solver pool), analyse the points 
 sweep.
 
 Points run synchronously within the request, as many at once as the pool has solver processes
-(each in a thread with its own database session); there is no job queue yet.
+(each in a thread with its own database session); with ``Prefer: respond-async`` they run as a
+job instead (app.jobs: ``prepare`` before, ``store_sweep`` after).
 """
 
 from __future__ import annotations
@@ -277,26 +278,31 @@ def sweep_document(sweep: Sweep) -> schemas.Sweep:
     )
 
 
-def create_sweep(
-    session: Session,
-    session_factory: SessionFactory,
-    pool: SolverPool | InlineSolver,
-    metrics: Metrics,
-    settings: Settings,
-    versions: Versions,
-    body: schemas.SweepRequest,
-    flights: SingleFlight | None = None,
-    access: Access = ANYONE,
-) -> schemas.Sweep:
-    """Plan every point and store the sweep (flushed in ``session``, for the caller to commit).
-    Each point's plan is committed by its own session as it is found. The sweep and its plans
-    are owned by ``access.owner``."""
+@dataclass(frozen=True)
+class Prepared:
+    """A sweep's points, each with its plan request (None: not plannable), and its prices."""
+
+    tasks: list[_Task]
+    prices: dict[str, _Price]
+
+    def plan_requests(self) -> list[PlanRequest | None]:
+        return [task.plan_request for task in self.tasks]
+
+
+def prepare(session: Session, body: schemas.SweepRequest) -> Prepared:
+    """Expand the grid, price the clusters and build every point's plan request (a 422 naming
+    the field for anything malformed or unknown). Reads the catalog in ``session``."""
     grid = _grid(body)
-    clusters = _clusters(body)
-    prices = _prices(session, body, clusters)
-    tasks = _tasks(session, body, grid, prices)
-    session.rollback()  # no transaction is held while the points are planned
-    plans = _plan_all(tasks, session_factory, pool, metrics, settings, versions, flights, access)
+    prices = _prices(session, body, _clusters(body))
+    return Prepared(_tasks(session, body, grid, prices), prices)
+
+
+def store_sweep(
+    session: Session, body: schemas.SweepRequest, prepared: Prepared, plans: list[Plan | None], access: Access = ANYONE
+) -> schemas.Sweep:
+    """Analyse the points' plans (one per task, None where not planned) and store the sweep,
+    flushed in ``session`` for the caller to commit (app.jobs assembles a job's sweep here too)."""
+    tasks, prices = prepared.tasks, prepared.prices
     results = [_point_result(task, plan, prices[task.point.cluster]) for task, plan in zip(tasks, plans)]
     analysis = analyse(results, body.efficiency_threshold)
     model_name = body.model if isinstance(body.model, str) else body.model.name
@@ -323,6 +329,26 @@ def create_sweep(
         )
     repository.add(session, sweep)
     return sweep_document(sweep)
+
+
+def create_sweep(
+    session: Session,
+    session_factory: SessionFactory,
+    pool: SolverPool | InlineSolver,
+    metrics: Metrics,
+    settings: Settings,
+    versions: Versions,
+    body: schemas.SweepRequest,
+    flights: SingleFlight | None = None,
+    access: Access = ANYONE,
+) -> schemas.Sweep:
+    """Plan every point and store the sweep (flushed in ``session``, for the caller to commit).
+    Each point's plan is committed by its own session as it is found. The sweep and its plans
+    are owned by ``access.owner``."""
+    prepared = prepare(session, body)
+    session.rollback()  # no transaction is held while the points are planned
+    plans = _plan_all(prepared.tasks, session_factory, pool, metrics, settings, versions, flights, access)
+    return store_sweep(session, body, prepared, plans, access)
 
 
 def _stored(session: Session, sweep_id: str, access: Access) -> Sweep:
