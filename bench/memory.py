@@ -26,6 +26,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import catalog  # noqa: E402
+from catalog.conversion import STACK_FACTS  # noqa: E402
 from solver.cost.evaluate import evaluate
 from solver.cost.result import GIB_BYTES, MEMORY_KEYS, Evaluation
 from solver.spec.errors import SpecError
@@ -113,13 +114,16 @@ def cluster_for(run: dict) -> ClusterSpec:
 
 
 def training_for(run: dict) -> TrainingSpec:
+    """The run's stack facts (``run["stack"]``, catalog/data/stacks.json), with the run's own
+    kernel settings over them."""
+    facts = catalog.get_stack_facts(run["stack"]) if run.get("stack") else {}
+    overrides = {name: run[name] for name in STACK_FACTS if name in run}
     return TrainingSpec(
         global_batch_size=run["global_batch_size"],
         seq_length=run["seq_length"],
         precision=run["precision"],
         optimizer=run.get("optimizer", "adam"),
-        flash_attention=run.get("flash_attention", True),
-        fused_kernels=run.get("fused_kernels", True),
+        **{**facts, **overrides},
     )
 
 

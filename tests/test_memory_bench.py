@@ -22,11 +22,13 @@ from bench.memory import (
     summarize,
 )
 
-# Today's result (bench/memory.py): 8 of 37 within 10%, MAPE 28.8%. Raise the floor and lower
-# the ceiling as the memory model improves; never the other way. The ceiling is loose on purpose
-# (today + 8 points): it catches a gross regression, not the drift of a term being reworked.
-WITHIN_TARGET_FLOOR = 8
-MAPE_CEILING = 0.40
+# Today's result (bench/memory.py): 12 of 37 within 10%, MAPE 18.7% (8 and 28.8% before each
+# run named the stack that ran it, so torchtitan's per-op selective recompute applies). Raise the
+# floor and lower the ceiling as the memory model improves; never the other way. The ceiling is
+# loose on purpose (today + 8 points): it catches a gross regression, not the drift of a term
+# being reworked.
+WITHIN_TARGET_FLOOR = 12
+MAPE_CEILING = 0.27
 
 RECORD_FIELDS = ("id", "source", "where_in_source", "quoted", "measured_gib", "measures", "run")
 RUN_FIELDS = (

@@ -351,6 +351,9 @@ class StackFacts(BaseModel):
     tp_comm_overlap: bool
     overlap_p2p_comm: bool
     host_s_per_layer: float = Field(description="host time per transformer layer and forward pass, s (0: not measured)")
+    selective_recompute: Literal["attention", "op"] = Field(
+        description="what selective recomputation keeps: attention (recompute the attention core, Megatron) or op (torchtitan's per-op policy)"
+    )
 
 
 class StackFactSources(BaseModel):
@@ -366,6 +369,7 @@ class StackFactSources(BaseModel):
     tp_comm_overlap: str
     overlap_p2p_comm: str
     host_s_per_layer: str
+    selective_recompute: str
 
 
 class StackEntry(BaseModel):

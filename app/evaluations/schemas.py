@@ -54,6 +54,13 @@ class Training(BaseModel):
     host_s_per_layer: HostSeconds | None = Field(
         None, description="framework host time per transformer layer and forward pass, s (a layer takes the longer of it and its GPU work); null: the stack's"
     )
+    selective_recompute: Literal["attention", "op"] | None = Field(
+        None,
+        description=(
+            "what recompute 'selective' keeps: attention (Megatron: recompute the attention core) or op "
+            "(torchtitan: keep every other matmul's output and the attention kernel's); null: the stack's"
+        ),
+    )
 
 
 Parallel = create_model(

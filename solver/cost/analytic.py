@@ -40,7 +40,7 @@ from solver.cost.flops import (
 from solver.cost.profile import LayerKind, LayerProfile, ModelProfile, ProfileShape
 from solver.spec.hardware import ClusterSpec, GpuSpec
 from solver.spec.model import Architecture, MlpActivation, ModelSpec
-from solver.spec.training import Precision, TrainingSpec
+from solver.spec.training import Precision, SelectiveRecompute, TrainingSpec
 
 BYTES_16BIT = 2
 BYTES_FP32 = 4
@@ -188,6 +188,43 @@ def _kept_bytes(model: ModelSpec, shape: ProfileShape, s: int, flash: bool) -> t
     return int(replicated_local + (split + scores) / t), int(replicated_local + split / t), int(checkpoint)
 
 
+def _block_matmuls(model: ModelSpec) -> tuple[tuple[int, int, bool], ...]:
+    """The transformer block's matmuls in the order they run, as (input width, output width,
+    column-parallel): torchtitan's Llama block (torchtitan/models/llama3/model: Attention runs
+    wq, wk, wv, then wo; FeedForward ``w2(silu(w1(x)) * w3(x))`` runs w1, w3, w2; a GELU MLP
+    has w1 and w2). Column-parallel outputs are split over the TP group; a row-parallel one
+    (wo, w2) is the full hidden width before its reduction."""
+    h, kv, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
+    mlp = ((h, f, True), (h, f, True), (f, h, False)) if model.mlp_activation is MlpActivation.SWIGLU else ((h, f, True), (f, h, False))
+    return ((h, h, True), (h, kv, True), (h, kv, True), (h, h, False), *mlp)
+
+
+def _op_selective(
+    model: ModelSpec, gpu: GpuSpec, precision: Precision, shape: ProfileShape, tokens: int, flash: bool,
+    checkpoint_bytes: int, attention_s: float, forward_elementwise_s: float,
+) -> tuple[int, float]:
+    """(kept bytes, recompute seconds) of one layer under torchtitan's per-op selective
+    checkpointing (``SelectiveRecompute.OP``): the block's input (the checkpoint), the outputs of
+    the 1st, 3rd, 5th... matmul (the policy recomputes every second one), and the SDPA kernel's
+    output with its fp32 log-sum-exp per head are kept; backward recomputes the other matmuls and
+    every element-wise op. Without a fused attention kernel the math SDPA is not on the save list:
+    its output is not kept and the attention core is recomputed too."""
+    t = shape.tp_size
+    kept = float(checkpoint_bytes)
+    recompute_s = forward_elementwise_s
+    for index, (inputs, outputs, column) in enumerate(_block_matmuls(model)):
+        width = outputs / t if column else outputs
+        if index % 2 == 0:
+            kept += BYTES_16BIT * tokens * width
+        else:
+            recompute_s += gemm_time_s(gpu, precision, tokens, width, inputs if column else inputs / t)
+    if flash:
+        kept += BYTES_16BIT * tokens * model.hidden_size / t + BYTES_FP32 * tokens * model.num_attention_heads / t
+    else:
+        recompute_s += attention_s
+    return int(kept), recompute_s
+
+
 def _layer_profile(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     shape: ProfileShape, seq_length: int, index: int,
@@ -242,6 +279,11 @@ def _layer_profile(
     )
 
     activation, selective, checkpoint = _kept_bytes(model, shape, s, flash)
+    if training.selective_recompute is SelectiveRecompute.OP:
+        selective, selective_recompute_s = _op_selective(
+            model, gpu, precision, shape, tokens, flash, checkpoint,
+            attention_forward_s + score_elementwise_s, other_elementwise_s,
+        )
     return LayerProfile(
         name=f"layer.{index}",
         kind=LayerKind.TRANSFORMER,

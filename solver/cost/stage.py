@@ -152,10 +152,17 @@ def extras_activation_bytes(in_flight: float, embedding: LayerProfile | None, he
     )
 
 
-def recompute_working_bytes(layer: LayerProfile) -> int:
-    """Recomputing a layer in backward materialises its activations again; its input (the
-    checkpoint, already counted as kept) is part of them."""
-    return layer.activation_bytes - layer.checkpoint_bytes
+def recompute_working_bytes(layer: LayerProfile, mode: Recompute = Recompute.FULL) -> int:
+    """Recomputing a layer in backward materialises again what ``mode`` dropped, for that one
+    layer: under full recompute all its activations beyond its input (the checkpoint, already
+    counted as kept); under selective recompute what the selective policy did not keep (the
+    attention scores of Korthikanti et al. 2022 without a fused kernel; under torchtitan's
+    per-op policy the recomputed matmul outputs and element-wise results); nothing without."""
+    if mode is Recompute.FULL:
+        return layer.activation_bytes - layer.checkpoint_bytes
+    if mode is Recompute.SELECTIVE:
+        return max(0, layer.activation_bytes - layer.selective_activation_bytes)
+    return 0
 
 
 def activation_bytes(in_flight: Any, kept_bytes: Any, working_bytes: Any) -> Any:
@@ -206,7 +213,7 @@ def stage_cost(
     largest = max((layer.parameter_count for layer, _ in everything), default=0)
     states = model_state_bytes(params, policy.zero_stage, policy.dp_size, policy.optimizer, policy.pp_size)
     kept = sum(layer.kept_bytes(Recompute.FULL if full else base) for layer, full in layers)
-    working = max((recompute_working_bytes(layer) for layer, full in layers if full), default=0)
+    working = max((recompute_working_bytes(layer, Recompute.FULL if full else base) for layer, full in layers), default=0)
     allocated = dict(
         weights=states["weights"],
         gradients=states["gradients"],

@@ -67,7 +67,7 @@ class PartitionProblem:
     layer_kept_kib: tuple[int, ...]  # activations kept per in-flight micro-batch, not recomputed
     layer_checkpoint_kib: tuple[int, ...]  # the same when fully recomputed (its input only)
     layer_state_kib: tuple[int, ...]  # weights + gradients + optimizer states on one GPU
-    working_kib: int  # a recomputed layer's activations beyond its checkpoint, rebuilt once in backward
+    working_kib: int  # a recomputed layer's activations beyond its checkpoint, rebuilt once in backward, beyond the base's (in the budgets)
     in_flight: tuple[float, ...]  # micro-batches of activations each stage holds at its peak
     stage_extra_time_ns: tuple[int, ...]  # embedding on the first stage, head on the last
     stage_extra_state_kib: tuple[int, ...]  # the embedding's / head's model states
@@ -163,7 +163,8 @@ def _ns(value_s: float) -> int:
 
 def layer_rows(profile: ModelProfile, base: Recompute) -> tuple[tuple[int, ...], ...]:
     """Per transformer layer: time ns, recompute ns, kept KiB, checkpoint KiB, parameters,
-    recompute working-set KiB; layers not fully recomputed run ``base`` (NONE or SELECTIVE).
+    recompute working-set KiB, and the working set under ``base`` alone; layers not fully
+    recomputed run ``base`` (NONE or SELECTIVE).
     One profile's rows serve every ZeRO stage, dp and pp: callers that plan many shapes compute
     them once (``partition_problem``'s ``rows``)."""
     blocks = profile.transformer_layers
@@ -175,6 +176,7 @@ def layer_rows(profile: ModelProfile, base: Recompute) -> tuple[tuple[int, ...],
         tuple(_kib(layer.kept_bytes(full)) for layer in blocks),
         tuple(layer.parameter_count for layer in blocks),
         tuple(_kib(recompute_working_bytes(layer)) for layer in blocks),
+        tuple(_kib(recompute_working_bytes(layer, base)) for layer in blocks),
     )
 
 
@@ -208,7 +210,12 @@ def partition_problem(
     in_flight = tuple(in_flight_micro_batches(stage, pp, v, num_micro_batches) for stage in range(pp))
     allocatable = allocatable_bytes(usable_bytes)
 
-    times, recomputes, kept, checkpoints, params, working = rows or layer_rows(profile, policy.base_recompute)
+    times, recomputes, kept, checkpoints, params, working, base_working = rows or layer_rows(profile, policy.base_recompute)
+    # A selective base rebuilds what it dropped for one layer in backward on every stage
+    # (solver.cost.stage.recompute_working_bytes); a fully recomputed layer's working set
+    # contains it. So the base's share is taken out of every stage's budget, and a stage that
+    # recomputes a layer adds only the difference.
+    base_working_kib = max(base_working, default=0)
     extras_all = [layer for layer in (embedding, head) if layer is not None]
     largest = max([*params, *(layer.parameter_count for layer in extras_all)], default=0)
     # Exact for one stage; with several, before their layers are known, the two-layer bound.
@@ -233,7 +240,7 @@ def partition_problem(
         extra_time.append(_ns(sum(layer.time_s(Recompute.NONE) for layer in extras) + launch_s + accumulation_s(extra_params)))
         state = _kib(state_per_param * extra_params)
         extra_state.append(state)
-        budget.append(int(math.floor((allocatable - fixed) / KIB_BYTES)) - state)
+        budget.append(int(math.floor((allocatable - fixed) / KIB_BYTES)) - state - base_working_kib)
 
     first = params[0] if params else 0
     if params.count(first) == len(params):
@@ -251,7 +258,7 @@ def partition_problem(
         layer_kept_kib=kept,
         layer_checkpoint_kib=checkpoints,
         layer_state_kib=state_kib,
-        working_kib=max(working, default=0),
+        working_kib=max(0, max(working, default=0) - base_working_kib),
         in_flight=in_flight,
         stage_extra_time_ns=tuple(extra_time),
         stage_extra_state_kib=tuple(extra_state),

@@ -31,6 +31,24 @@ class Recompute(str, Enum):
     FULL = "full"  # keep only each layer's input, recompute the whole layer
 
 
+class SelectiveRecompute(str, Enum):
+    """What a stack's selective recomputation keeps and what it recomputes.
+
+    ATTENTION: Korthikanti et al. 2022 Sec 5 (Megatron-LM ``--recompute-granularity selective``,
+    NeMo, Megatron-DeepSpeed): only the attention core (scores, softmax, dropout) is recomputed;
+    with a fused attention kernel nothing is (there is no score tensor to drop).
+    OP: torchtitan's per-op selective activation checkpointing (``[activation_checkpoint] mode =
+    "selective"``, ``selective_ac_option = "op"``, its default; torchtitan/distributed/
+    activation_checkpoint.py): inside each checkpointed block only the outputs of the ops on a save
+    list are kept (matmuls, the SDPA kernel, reduce-scatter), and of the matmuls every second one is
+    recomputed; everything else (norms, rotary, activation functions, products, the other matmuls)
+    is recomputed in backward from the block's input.
+    """
+
+    ATTENTION = "attention"
+    OP = "op"
+
+
 class ZeroStage(IntEnum):
     NONE = 0
     OS = 1  # optimizer states sharded over data parallel ranks
@@ -99,6 +117,7 @@ class TrainingSpec:
     tp_comm_overlap: bool = False
     overlap_p2p_comm: bool = False
     host_s_per_layer: float = 0.0
+    selective_recompute: SelectiveRecompute = SelectiveRecompute.ATTENTION
 
     def __post_init__(self) -> None:
         check_positive_int("training.global_batch_size", self.global_batch_size)
@@ -106,6 +125,7 @@ class TrainingSpec:
         object.__setattr__(self, "precision", Precision(self.precision))
         object.__setattr__(self, "optimizer", OptimizerKind(self.optimizer))
         object.__setattr__(self, "zero3_collectives", Zero3Collectives(self.zero3_collectives))
+        object.__setattr__(self, "selective_recompute", SelectiveRecompute(self.selective_recompute))
         if not 0.0 <= self.host_s_per_layer <= HOST_S_PER_LAYER_MAX:
             raise SpecError("training.host_s_per_layer", f"must be between 0 and {HOST_S_PER_LAYER_MAX:g} s, got {self.host_s_per_layer!r}")
         if self.train_tokens is not None and not 0 < self.train_tokens <= TRAIN_TOKENS_MAX:

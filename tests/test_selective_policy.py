@@ -1,0 +1,102 @@
+"""What "selective" recompute keeps depends on the stack (``TrainingSpec.selective_recompute``):
+Megatron's attention-core recompute (Korthikanti et al. 2022) or torchtitan's per-op policy
+(torchtitan/distributed/activation_checkpoint.py: keep the outputs of the matmuls, the SDPA
+kernel and reduce-scatter, recomputing every second matmul)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import catalog
+from solver.cost.analytic import analytic_profile
+from solver.cost.compute import gemm_time_s
+from solver.cost.evaluate import evaluate
+from solver.cost.profile import ProfileShape
+from solver.cost.stage import recompute_working_bytes
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import Precision, Recompute, SelectiveRecompute, TrainingSpec, ZeroStage
+
+SEQ = 8192
+
+
+def _layer(policy: SelectiveRecompute, tp_size: int = 1, micro_batch_size: int = 2):
+    model = catalog.get_model("llama3-8b")
+    cluster = catalog.get_cluster("dgx-h100-x8")
+    training = TrainingSpec(global_batch_size=16, seq_length=SEQ, selective_recompute=policy)
+    shape = ProfileShape(tp_size=tp_size, micro_batch_size=micro_batch_size)
+    return model, analytic_profile(model, cluster, training, shape).transformer_layers[0]
+
+
+def test_op_policy_keeps_every_other_matmul_and_the_attention_output():
+    """Llama 3 8B (h 4096, 8 KV heads of 128, SwiGLU 14336, 32 heads), tp 1: the block input,
+    the outputs of wq, wv, w1 and w2 (matmuls 1, 3, 5, 7 of wq wk wv wo w1 w3 w2), the SDPA
+    output, each 16-bit, and the fp32 log-sum-exp per head: 2(4h + kv + f) + 4a bytes a token."""
+    model, layer = _layer(SelectiveRecompute.OP)
+    h, kv, f, a = 4096, 1024, 14336, 32
+    assert (model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size, model.num_attention_heads) == (h, kv, f, a)
+    tokens = 2 * SEQ
+    assert layer.selective_activation_bytes == tokens * (2 * (4 * h + kv + f) + 4 * a)
+    # Less than Megatron's selective (nothing dropped with a fused kernel), more than full.
+    _, megatron = _layer(SelectiveRecompute.ATTENTION)
+    assert megatron.selective_activation_bytes == megatron.activation_bytes
+    assert layer.checkpoint_bytes < layer.selective_activation_bytes < 0.5 * layer.activation_bytes
+
+
+def test_op_policy_recomputes_the_other_matmuls():
+    """wk, wo and w3 (h x kv, h x h, h x f) run again in backward, with every element-wise op:
+    more than their share of the forward GEMMs, less than the whole forward."""
+    _, layer = _layer(SelectiveRecompute.OP)
+    _, megatron = _layer(SelectiveRecompute.ATTENTION)
+    h, kv, f = 4096, 1024, 14336
+    gpu, tokens = catalog.get_cluster("dgx-h100-x8").gpu, 2 * SEQ
+    matmuls_s = sum(gemm_time_s(gpu, Precision.BF16, tokens, n, k) for n, k in ((kv, h), (h, h), (f, h)))
+    assert megatron.selective_recompute_s == 0.0  # fused attention: nothing to recompute
+    assert matmuls_s < layer.selective_recompute_s < layer.forward_s
+
+
+def test_tensor_parallel_splits_the_column_parallel_outputs():
+    """tp 2: wq, wv, w1 and the attention output are split; the block input (no sequence
+    parallelism) and w2's output before its reduction are not."""
+    _, layer = _layer(SelectiveRecompute.OP, tp_size=2)
+    h, kv, f, a = 4096, 1024, 14336, 32
+    tokens = 2 * SEQ
+    assert layer.selective_activation_bytes == tokens * (2 * (h + h / 2 + kv / 2 + f / 2 + h / 2 + h) + 4 * a / 2)
+
+
+def test_selective_working_set_is_charged_once_per_stage():
+    """Backward rebuilds what the policy dropped for one layer at a time: the stage's activations
+    are the kept bytes of its micro-batches in flight plus one layer's difference."""
+    model = catalog.get_model("llama3-8b")
+    cluster = catalog.get_cluster("dgx-h100-x8")
+    parallel = ParallelConfig(dp_size=8, zero_stage=ZeroStage.OS_G_P, micro_batch_size=2, recompute=Recompute.SELECTIVE)
+    training = TrainingSpec(global_batch_size=16, seq_length=SEQ, selective_recompute=SelectiveRecompute.OP)
+    evaluation = evaluate(model, cluster, training, parallel, num_gpus=8)
+    layer = analytic_profile(model, cluster, training, ProfileShape(micro_batch_size=2)).transformer_layers[0]
+    expected = model.num_layers * layer.selective_activation_bytes + recompute_working_bytes(layer, Recompute.SELECTIVE)
+    assert evaluation.stages[0].memory_bytes["activations"] == pytest.approx(expected)
+    assert recompute_working_bytes(layer, Recompute.SELECTIVE) == layer.activation_bytes - layer.selective_activation_bytes
+
+
+def test_stacks_say_what_selective_keeps():
+    assert catalog.get_stack_facts("torchtitan-2025")["selective_recompute"] == "op"
+    for name in ("megatron-core-2024", "megatron-lm-2021", "megatron-deepspeed-2022"):
+        assert catalog.get_stack_facts(name)["selective_recompute"] == "attention", name
+
+
+def test_op_policy_is_cheaper_in_memory_and_dearer_in_time_than_none():
+    """The search weighs it: the op policy's step is slower than no recompute and faster than
+    full; its activations lie between."""
+    model = catalog.get_model("llama3-8b")
+    cluster = catalog.get_cluster("dgx-h100-x8")
+    training = TrainingSpec(global_batch_size=16, seq_length=SEQ, selective_recompute=SelectiveRecompute.OP)
+    results = {}
+    for mode in Recompute:
+        parallel = ParallelConfig(dp_size=8, zero_stage=ZeroStage.OS_G_P, micro_batch_size=2, recompute=mode)
+        results[mode] = evaluate(model, cluster, training, parallel, num_gpus=8)
+    step = {mode: r.prediction.step_time_s for mode, r in results.items()}
+    act = {mode: r.stages[0].memory_bytes["activations"] for mode, r in results.items()}
+    assert step[Recompute.NONE] < step[Recompute.SELECTIVE] < step[Recompute.FULL]
+    assert act[Recompute.FULL] < act[Recompute.SELECTIVE] < act[Recompute.NONE]
+    assert dataclasses.replace(training, selective_recompute=SelectiveRecompute.ATTENTION) != training
