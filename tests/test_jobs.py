@@ -5,6 +5,7 @@ tests/test_jobs_postgres.py runs the same API against ``partitura worker`` proce
 
 from __future__ import annotations
 
+import io
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -13,12 +14,15 @@ from typing import Any
 import httpx
 import pytest
 
+from app.cli import main
 from app.core.db import make_engine, make_sessionmaker
 from app.core.migrate import upgrade
 from app.jobs import service as jobs_service
 from app.jobs.models import Job, JobPoint
 from app.jobs.router import wants_async
 from app.sweeps.schemas import SweepRequest
+from app.tokens import service as tokens_service
+from app.tokens.scopes import Scope
 from conftest import assert_problem, empty_database, server_settings, start_server
 
 ASYNC = {"Prefer": "respond-async"}
@@ -189,3 +193,46 @@ def test_a_job_outlives_the_process_that_took_it(tmp_path):
                 assert session.get(Job, dropped.id).result_id is None
         finally:
             engine.dispose()
+
+
+def test_a_worker_needs_postgres(tmp_path):
+    out = io.StringIO()
+    assert main(["worker"], env={"DATABASE_URL": f"sqlite:///{tmp_path / 'x.db'}"}, out=out) == 1
+    assert "run inside `partitura serve`" in out.getvalue()
+
+
+def test_a_job_belongs_to_its_token(tmp_path):
+    """With authentication required a job, like its sweep, is its token's: another token gets
+    a 404, a read-only one cannot cancel."""
+    with empty_database("sqlite", tmp_path) as url:
+        upgrade(url)
+        engine = make_engine(url)
+        try:
+            with make_sessionmaker(engine)() as session:
+                tokens = [tokens_service.create_token(session, name, scopes, None) for name, scopes in (
+                    ("owner", [Scope.READ, Scope.PLAN]), ("other", [Scope.READ, Scope.PLAN]), ("reader", [Scope.READ]),
+                )]
+                session.commit()
+        finally:
+            engine.dispose()
+        server = start_server(server_settings(url, auth_mode="required"))
+        clients = [
+            httpx.Client(base_url=server.base_url, timeout=60.0, headers={"Authorization": f"Bearer {token.token}"})
+            for token in tokens
+        ]
+        owner, other, reader = clients
+        try:
+            response = owner.post("/v1/sweeps", json=small_sweep(num_gpus=[2, 4]), headers=ASYNC)
+            assert response.status_code == 202, response.text
+            href = response.headers["location"]
+            assert_problem(other.get(href), 404)
+            assert_problem(other.delete(href), 404)
+            assert_problem(reader.delete(href), 403)
+            job = poll(owner, href, finished)
+            assert job["status"] == "succeeded"
+            assert owner.get(job["result"]["href"]).status_code == 200
+            assert_problem(other.get(job["result"]["href"]), 404)
+        finally:
+            for client in clients:
+                client.close()
+            server.stop()

@@ -12,10 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 
+from app.core.problems import Problem
 from app.jobs.models import OPEN_STATUSES, Job
 from app.jobs.queue import defer_points, deferring_app
-from app.jobs.work import MAX_POINT_ATTEMPTS, RetryablePoint, Runtime, SessionFactory, finish_job, pending_positions, run_point_or_fail
+from app.jobs.work import MAX_POINT_ATTEMPTS, RetryablePoint, Runtime, SessionFactory, fail_job, finish_job, pending_positions, run_point_or_fail
 
 logger = logging.getLogger(__name__)
 
@@ -50,10 +52,18 @@ class EmbeddedRunner:
 
     def resume(self) -> None:
         """Take up the open jobs of this database (left by a stopped process): run their points
-        not done, finish those with every point done."""
-        with self.runtime.session_factory() as session:
-            open_jobs = list(session.scalars(select(Job.id).where(Job.status.in_(OPEN_STATUSES)).order_by(Job.created_at)))
-            pending = {job_id: pending_positions(session, job_id) for job_id in open_jobs}
+        not done, finish those with every point done. In the background: the service starts
+        (and /readyz says why) on a database that is away or not migrated."""
+        self._executor.submit(self._resume)
+
+    def _resume(self) -> None:
+        try:
+            with self.runtime.session_factory() as session:
+                open_jobs = list(session.scalars(select(Job.id).where(Job.status.in_(OPEN_STATUSES)).order_by(Job.created_at)))
+                pending = {job_id: pending_positions(session, job_id) for job_id in open_jobs}
+        except SQLAlchemyError as error:
+            logger.warning("open jobs not taken up: %s", type(error).__name__)
+            return
         for job_id, positions in pending.items():
             if positions:
                 self.submit(job_id, positions)
@@ -82,7 +92,15 @@ class QueueRunner:
             return self._app
 
     def submit(self, job_id: str, positions: list[int]) -> None:
-        defer_points(self._opened(), job_id, positions)
+        """Defer the points; if the queue refuses them, the job fails (it would wait forever)
+        and the request is a 503."""
+        try:
+            defer_points(self._opened(), job_id, positions)
+        except Exception as error:
+            problem = Problem(503, "Queue unavailable", f"the job queue did not take the job: {type(error).__name__}",
+                              slug="queue-unavailable", headers={"Retry-After": "5"})
+            fail_job(self._session_factory, job_id, problem.to_dict())
+            raise problem from error
 
     def finish(self, job_id: str) -> None:
         finish_job(self._session_factory, job_id)
