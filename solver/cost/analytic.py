@@ -23,6 +23,7 @@ Sources:
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -37,6 +38,7 @@ from solver.cost.flops import (
     logits_forward_flops,
     predicted_tokens,
 )
+from solver.cost.moe import MoeMlpCost, moe_mlp_cost
 from solver.cost.profile import LayerKind, LayerProfile, ModelProfile, ProfileShape
 from solver.spec.hardware import ClusterSpec, GpuSpec
 from solver.spec.model import Architecture, MlpActivation, ModelSpec
@@ -301,6 +303,36 @@ def _layer_profile(
     )
 
 
+def _renamed(layer: LayerProfile, name: str) -> LayerProfile:
+    """``layer`` under another name: a shallow copy (``dataclasses.replace`` re-runs the
+    constructor, which a search asking for thousands of 61-layer profiles notices)."""
+    renamed = copy.copy(layer)
+    object.__setattr__(renamed, "name", name)
+    return renamed
+
+
+def _moe_layer(dense: LayerProfile, cost: MoeMlpCost, gpu: GpuSpec) -> LayerProfile:
+    """An MoE layer: the dense layer of the same shape with its MLP swapped for the router,
+    shared and routed experts, and the dispatch and combine all-to-alls added
+    (``solver.cost.moe``). Backward costs its GEMMs and element-wise work in the dense layer's
+    ratios (BACKWARD_TO_FORWARD, ELEMENTWISE_BACKWARD_TO_FORWARD)."""
+    gemm_s = cost.gemm_forward_s - cost.dense_gemm_forward_s
+    elementwise_s = elementwise_time_s(gpu, cost.elementwise_bytes, kernels=cost.elementwise_kernels)
+    kept = int(cost.kept_bytes)
+    return replace(
+        dense,
+        forward_s=dense.forward_s + gemm_s + elementwise_s,
+        backward_s=dense.backward_s + BACKWARD_TO_FORWARD * gemm_s + ELEMENTWISE_BACKWARD_TO_FORWARD * elementwise_s,
+        activation_bytes=dense.activation_bytes + kept,
+        selective_activation_bytes=dense.selective_activation_bytes + kept,
+        tp_comm_s=dense.tp_comm_s + cost.tp_comm_s,
+        ep_comm_s=cost.ep_comm_s,
+        parameter_count=cost.parameter_count,
+        expert_parameter_count=cost.expert_parameter_count,
+        model_flops=dense.model_flops + cost.model_flops,
+    )
+
+
 def _embedding_profile(
     model: ModelSpec, cluster: ClusterSpec, shape: ProfileShape, seq_length: int
 ) -> LayerProfile:
@@ -379,14 +411,21 @@ def analytic_profile(
     """Per-layer profile of ``model`` for one micro-batch of ``shape.micro_batch_size`` on one
     GPU of a TP group of ``shape.tp_size`` and a CP group of ``shape.cp_size``.
 
-    All transformer layers are identical in the analytic model; a measured profile may differ
-    per layer. Cached: the optimizer asks for the same (tp, micro-batch, SP) many times.
+    All transformer layers are identical in the analytic model (an MoE model's are of two
+    kinds, dense and MoE: ``ModelSpec.is_moe_layer``); a measured profile may differ per
+    layer. Cached: the optimizer asks for the same (tp, micro-batch, SP) many times.
     """
     seq = training.seq_length
     args = (shape, seq)
     layer = _layer_profile(model, cluster, training, *args, index=0)
     layers = [_embedding_profile(model, cluster, *args)]
-    layers += [layer if i == 0 else replace(layer, name=f"layer.{i}") for i in range(model.num_layers)]
+    if model.is_moe:
+        tokens = shape.micro_batch_size * seq // shape.cp_size
+        cost = moe_mlp_cost(model, cluster, training.precision, tokens, shape.tp_size, shape.ep_size)
+        moe_layer = _moe_layer(layer, cost, cluster.gpu)
+        layers += [_renamed(moe_layer if model.is_moe_layer(i) else layer, f"layer.{i}") for i in range(model.num_layers)]
+    else:
+        layers += [layer if i == 0 else replace(layer, name=f"layer.{i}") for i in range(model.num_layers)]
     layers.append(_head_profile(model, cluster, training.precision, *args))
     return ModelProfile(
         model_name=model.name,

@@ -91,6 +91,37 @@ def ring_exchange_s(message_bytes: float, cp_size: int, link: Link) -> float:
     return (cp_size - 1) * p2p_s(message_bytes, link)
 
 
+def ep_link_span(tp_size: int, ep_size: int) -> int:
+    """Consecutive ranks one expert-parallel group spans: its ep ranks are tp apart (Megatron-core's
+    expert rank grid tp-ep-dp-pp with expert tensor parallelism = tp; with cp_size 1 this is the
+    tp-cp-ep-dp-pp order of its dense grid)."""
+    return tp_size * ep_size
+
+
+def all_to_all_s(cluster: ClusterSpec, message_bytes: float, ep_size: int, tp_size: int) -> float:
+    """One all-to-all over an expert-parallel group of ``ep_size`` ranks (tp_size apart), in which
+    every rank holds ``message_bytes`` and sends the (ep - 1)/ep of it bound for the other ranks,
+    1/ep to each (token dispatch or combine, Lepikhin et al. 2020 GShard Sec 2.2; Megatron-core
+    ``MoEAlltoAllTokenDispatcher``). Seconds.
+
+    Unlike a ring, an all-to-all cannot route its inter-node bytes through NVLink to the node's
+    other NICs: each rank's bytes for another node leave through that GPU's own share of the
+    NICs (``inter_node_bytes_per_s`` is per GPU), while its bytes for ranks in its own node go
+    over NVLink at the same time. The slower of the two sets the time, plus one latency of the
+    link it crosses (NCCL posts every send and receive of the exchange at once)."""
+    if ep_size <= 1 or message_bytes <= 0:
+        return 0.0
+    if tp_size >= cluster.gpus_per_node:
+        in_node = 1
+    else:
+        in_node = min(ep_size, cluster.gpus_per_node // tp_size)  # this rank and its peers on the node
+    intra, inter = intra_node_link(cluster), inter_node_link(cluster)
+    intra_s = message_bytes * (in_node - 1) / ep_size / intra.bytes_per_s
+    inter_s = message_bytes * (ep_size - in_node) / ep_size / inter.bytes_per_s
+    latency_s = inter.latency_s if ep_size > in_node else intra.latency_s
+    return max(intra_s, inter_s) + latency_s
+
+
 def dp_group_layout(cluster: ClusterSpec, tp_size: int, dp_size: int, cp_size: int = 1) -> tuple[int, int]:
     """(members per node, nodes spanned) of one gradient-reduction group: the dp x cp ranks that
     hold the same parameters, tp_size apart (tp-cp-dp-pp order: cp ranks first, then dp)."""

@@ -177,15 +177,32 @@ def _tail(
 ) -> _Tail:
     """One stage's data-parallel synchronisation not hidden by compute, and its optimizer step."""
     time = cost.time
-    exposed = data_parallel_exposed_s(
-        cluster, parallel, stage_policy.num_micro_batches, cost.parameter_count, cost.largest_layer_parameter_count,
-        time.forward_s, time.backward_s + time.recompute_s,
-        regather_for_recompute=policy.framework is Framework.DEEPSPEED and cost.any_full_recompute,
-        overlap_grad_reduce=training.overlap_grad_reduce,
-        zero3_collectives_per_pass=zero3_calls,
-        zero3_overlap=training.zero3_overlap,
+
+    def exposed_s(group: ParallelConfig, parameter_count: float) -> float:
+        return data_parallel_exposed_s(
+            cluster, group, stage_policy.num_micro_batches, parameter_count, cost.largest_layer_parameter_count,
+            time.forward_s, time.backward_s + time.recompute_s,
+            regather_for_recompute=policy.framework is Framework.DEEPSPEED and cost.any_full_recompute,
+            overlap_grad_reduce=training.overlap_grad_reduce,
+            zero3_collectives_per_pass=zero3_calls,
+            zero3_overlap=training.zero3_overlap,
+        )
+
+    experts = cost.expert_parameter_count
+    exposed = exposed_s(parallel, cost.parameter_count - experts)
+    if experts:
+        exposed += exposed_s(expert_gradient_group(parallel), experts)
+    return _Tail(exposed, optimizer_step_s(cluster.gpu, cost.parameter_count, stage_policy, experts))
+
+
+def expert_gradient_group(parallel: ParallelConfig) -> ParallelConfig:
+    """The group routed experts' gradients are reduced (and their ZeRO states sharded) over, as
+    a configuration ``data_parallel_exposed_s`` reads: the dp x cp / ep ranks that hold the same
+    experts (``ParallelConfig.expert_dp_size``), tp x ep ranks apart (Megatron-core's expert rank
+    grid tp-ep-dp-pp: its expert data-parallel group strides over whole EP groups)."""
+    return replace(
+        parallel, tp_size=parallel.tp_size * parallel.ep_size, dp_size=parallel.expert_dp_size, cp_size=1, ep_size=1
     )
-    return _Tail(exposed, optimizer_step_s(cluster.gpu, cost.parameter_count, stage_policy))
 
 
 def step_time(
@@ -211,9 +228,10 @@ def step_time(
     breakdown = StepBreakdown(
         compute_s=m * critical.compute_s,
         recompute_s=m * critical.recompute_s,
-        # The breakdown reports the context-parallel ring exchange with the other collectives
-        # inside a layer (tensor and sequence parallel); the stage keeps them apart.
-        tp_comm_s=m * (critical.tp_comm_s + critical.cp_comm_s),
+        # The breakdown reports the context-parallel ring exchange and the MoE all-to-alls with
+        # the other collectives inside a layer (tensor and sequence parallel); the stage keeps
+        # them apart.
+        tp_comm_s=m * (critical.tp_comm_s + critical.cp_comm_s + critical.ep_comm_s),
         pp_comm_s=pp_comm,
         dp_comm_exposed_s=tail.dp_exposed_s,
         grad_accumulation_s=m * critical.grad_accumulation_s,

@@ -61,20 +61,27 @@ class LayerProfile:
     # (K, V) and backward (K, V and their gradients) together; 0 at cp_size 1. Kept apart from
     # the measured fields (the profile format has no CP): it always comes from the analytic model.
     cp_comm_s: float = 0.0
+    # Expert parallelism (MoE layers): the token dispatch and combine all-to-alls, forward (2) and
+    # backward (2), not hidden by compute; 0 for dense layers and at ep_size 1. From the analytic
+    # model, as cp_comm_s is.
+    ep_comm_s: float = 0.0
+    # Of ``parameter_count``, the routed experts' parameters this GPU holds (num_experts / ep of
+    # them, tp-split): their gradients and ZeRO shards go over the expert-data-parallel ranks.
+    expert_parameter_count: int = 0
 
     def recompute_s(self, mode: Recompute) -> float:
         """Extra time of recomputing this layer in ``mode``: a full recompute repeats the forward
         pass and its TP collectives (half of ``tp_comm_s``: 2 of the 4 per layer, Korthikanti et
         al. 2022 Sec 4) and its forward ring exchange (a third of ``cp_comm_s``: the forward
-        moves K and V, the backward K, V and their gradients, twice the bytes); a selective one
-        the attention core."""
+        moves K and V, the backward K, V and their gradients, twice the bytes) and its dispatch
+        and combine all-to-alls (half of ``ep_comm_s``); a selective one the attention core."""
         if mode is Recompute.FULL:
-            return self.forward_s + self.tp_comm_s / 2 + self.cp_comm_s / 3
+            return self.forward_s + self.tp_comm_s / 2 + self.cp_comm_s / 3 + self.ep_comm_s / 2
         return self.selective_recompute_s if mode is Recompute.SELECTIVE else 0.0
 
     def time_s(self, mode: Recompute) -> float:
-        """Forward + backward (+ recompute) time of this layer, TP and CP communication included."""
-        return self.forward_s + self.backward_s + self.tp_comm_s + self.cp_comm_s + self.recompute_s(mode)
+        """Forward + backward (+ recompute) time of this layer, TP, CP and EP communication included."""
+        return self.forward_s + self.backward_s + self.tp_comm_s + self.cp_comm_s + self.ep_comm_s + self.recompute_s(mode)
 
     def kept_bytes(self, mode: Recompute) -> int:
         """Activation bytes kept for backward in ``mode`` (full: the layer's input only)."""
@@ -88,17 +95,21 @@ class ProfileShape:
     """What of a parallel configuration a per-layer profile depends on: the tensor-parallel
     group a GPU's share is cut for, the micro-batch it runs, and whether norms and dropouts are
     split over the group (sequence parallelism), and the context-parallel group each sequence
-    is split over (a GPU's layers see s / cp_size tokens of each sequence)."""
+    is split over (a GPU's layers see s / cp_size tokens of each sequence), and the
+    expert-parallel group an MoE layer's experts are split over."""
 
     tp_size: int = 1
     micro_batch_size: int = 1
     sequence_parallel: bool = False
     cp_size: int = 1
+    ep_size: int = 1
 
     @staticmethod
     def of(parallel: Any) -> "ProfileShape":
         """The profile shape of a ``ParallelConfig`` (or anything with these fields)."""
-        return ProfileShape(parallel.tp_size, parallel.micro_batch_size, parallel.sequence_parallel, parallel.cp_size)
+        return ProfileShape(
+            parallel.tp_size, parallel.micro_batch_size, parallel.sequence_parallel, parallel.cp_size, parallel.ep_size
+        )
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ class StageTime:
     tp_comm_s: float
     grad_accumulation_s: float
     cp_comm_s: float = 0.0  # ring attention exchange not hidden by attention compute
+    ep_comm_s: float = 0.0  # MoE token dispatch and combine all-to-alls
 
     @property
     def compute_s(self) -> float:
@@ -55,7 +56,7 @@ class StageTime:
 
     @property
     def total_s(self) -> float:
-        return self.compute_s + self.recompute_s + self.tp_comm_s + self.cp_comm_s + self.grad_accumulation_s
+        return self.compute_s + self.recompute_s + self.tp_comm_s + self.cp_comm_s + self.grad_accumulation_s + self.ep_comm_s
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class StageCost:
     largest_layer_parameter_count: int
     in_flight_micro_batches: float
     any_full_recompute: bool
+    expert_parameter_count: int = 0  # of parameter_count, routed experts (sharded over dp x cp / ep)
 
 
 @dataclass(frozen=True)
@@ -81,14 +83,19 @@ class StagePolicy:
     num_micro_batches: int
     base_recompute: Recompute  # what layers not fully recomputed do: NONE or SELECTIVE
     pp_size: int = 1  # under a pipeline ZeRO-2/3 keeps weights and gradients unsharded (memory.pipelined_sharding)
+    ep_size: int = 1  # routed experts' states shard over dp_size / ep_size ranks (ParallelConfig.expert_dp_size)
 
     @staticmethod
     def of(gpu: GpuSpec, parallel: ParallelConfig, optimizer: OptimizerKind, num_micro_batches: int) -> "StagePolicy":
         return StagePolicy(
             gpu, parallel.zero_stage, parallel.dp_cp_size, optimizer, num_micro_batches,
             Recompute.SELECTIVE if parallel.recompute is Recompute.SELECTIVE else Recompute.NONE,
-            parallel.pp_size,
+            parallel.pp_size, parallel.ep_size,
         )
+
+    @property
+    def expert_dp_size(self) -> int:
+        return self.dp_size // self.ep_size
 
 
 # --------------------------------------------------------------------------- the terms
@@ -179,9 +186,30 @@ def state_bytes_per_parameter(parallel: ParallelConfig, training: TrainingSpec) 
     return sum(model_state_bytes(1.0, parallel.zero_stage, parallel.dp_cp_size, training.optimizer, parallel.pp_size).values())
 
 
-def optimizer_step_s(gpu: GpuSpec, parameter_count: float, policy: StagePolicy) -> float:
-    """The optimizer step over this GPU's shard (ZeRO-1+ shards the optimizer states)."""
-    shard = parameter_count / policy.dp_size if policy.zero_stage >= ZeroStage.OS else parameter_count
+def expert_state_bytes_per_parameter(parallel: ParallelConfig, training: TrainingSpec) -> float:
+    """``state_bytes_per_parameter`` for a routed expert's parameter: ZeRO shards it over the
+    dp x cp / ep ranks that hold the same experts (``ParallelConfig.expert_dp_size``)."""
+    return sum(model_state_bytes(1.0, parallel.zero_stage, parallel.expert_dp_size, training.optimizer, parallel.pp_size).values())
+
+
+def stage_state_bytes(parameter_count: float, expert_parameter_count: float, policy: StagePolicy) -> dict[str, float]:
+    """Weights, gradients and optimizer states of a stage's ``parameter_count`` parameters on one
+    GPU: the routed experts' ``expert_parameter_count`` of them sharded over the expert-data-parallel
+    ranks (Megatron-core's distributed optimizer shards expert parameters over its expert
+    data-parallel group), the rest over dp x cp."""
+    states = model_state_bytes(parameter_count - expert_parameter_count, policy.zero_stage, policy.dp_size, policy.optimizer, policy.pp_size)
+    if expert_parameter_count:
+        experts = model_state_bytes(expert_parameter_count, policy.zero_stage, policy.expert_dp_size, policy.optimizer, policy.pp_size)
+        states = {key: states[key] + experts[key] for key in states}
+    return states
+
+
+def optimizer_step_s(gpu: GpuSpec, parameter_count: float, policy: StagePolicy, expert_parameter_count: float = 0) -> float:
+    """The optimizer step over this GPU's shard (ZeRO-1+ shards the optimizer states; a routed
+    expert's over the expert-data-parallel ranks)."""
+    shard = parameter_count
+    if policy.zero_stage >= ZeroStage.OS:
+        shard = (parameter_count - expert_parameter_count) / policy.dp_size + expert_parameter_count / policy.expert_dp_size
     return elementwise_time_s(gpu, optimizer_step_bytes_per_param(policy.optimizer) * shard, kernels=4)
 
 
@@ -209,9 +237,11 @@ def stage_cost(
         tp_comm_s=sum(layer.tp_comm_s for layer, _ in everything),
         grad_accumulation_s=grad_accumulation_s(policy.gpu, params, policy),
         cp_comm_s=sum(layer.cp_comm_s for layer, _ in everything),
+        ep_comm_s=sum(layer.ep_comm_s for layer, _ in everything),
     )
     largest = max((layer.parameter_count for layer, _ in everything), default=0)
-    states = model_state_bytes(params, policy.zero_stage, policy.dp_size, policy.optimizer, policy.pp_size)
+    experts = sum(layer.expert_parameter_count for layer, _ in layers)
+    states = stage_state_bytes(params, experts, policy)
     kept = sum(layer.kept_bytes(Recompute.FULL if full else base) for layer, full in layers)
     working = max((recompute_working_bytes(layer, Recompute.FULL if full else base) for layer, full in layers), default=0)
     allocated = dict(
@@ -223,4 +253,4 @@ def stage_cost(
         zero3_gather_buffers=zero3_gather_buffer_bytes(largest, params, policy.zero_stage, policy.dp_size, policy.pp_size),
     )
     memory = StageMemory(**allocated, reserve=reserve_bytes(sum(allocated.values())))
-    return StageCost(time, memory, params, largest, in_flight, any(full for _, full in layers))
+    return StageCost(time, memory, params, largest, in_flight, any(full for _, full in layers), experts)

@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 # The rules a framework itself sets (as opposed to structure, placement or memory).
-FRAMEWORK_RULES = frozenset({Rule.ZERO_WITH_PP, Rule.FRAMEWORK_ZERO, Rule.FRAMEWORK_PP, Rule.FRAMEWORK_CP})
+FRAMEWORK_RULES = frozenset({Rule.ZERO_WITH_PP, Rule.FRAMEWORK_ZERO, Rule.FRAMEWORK_PP, Rule.FRAMEWORK_CP, Rule.FRAMEWORK_EP})
 
 # The frameworks the planner knows, each with its own rules.
 _CONCRETE = {

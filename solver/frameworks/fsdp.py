@@ -22,4 +22,8 @@ def violations(parallel: ParallelConfig) -> list[Violation]:
         # FSDP (pytorch-fsdp1) shards the model only; splitting sequences is torchtitan's
         # context_parallel (FSDP2 + DTensor), which the 'fsdp' framework does not stand for.
         out.append(Violation(Rule.FRAMEWORK_CP, f"fsdp has no context parallelism; cp_size {parallel.cp_size} must be 1"))
+    if parallel.ep_size > 1:
+        # Expert parallelism needs a token dispatcher around the experts: torchtitan's
+        # expert_parallel_degree, Megatron-core's, DeepSpeed-MoE's; FSDP alone has none.
+        out.append(Violation(Rule.FRAMEWORK_EP, f"fsdp has no expert parallelism; ep_size {parallel.ep_size} must be 1"))
     return out

@@ -40,6 +40,7 @@ from solver.cost.profile import ModelProfile
 from solver.cost.stage import (
     StagePolicy,
     activation_bytes,
+    expert_state_bytes_per_parameter,
     extras_activation_bytes,
     grad_accumulation_s,
     recompute_working_bytes,
@@ -242,8 +243,14 @@ def partition_problem(
         extra_state.append(state)
         budget.append(int(math.floor((allocatable - fixed) / KIB_BYTES)) - state - base_working_kib)
 
+    # Routed experts' states shard over fewer ranks than the rest (stage.stage_state_bytes).
+    experts = tuple(layer.expert_parameter_count for layer in profile.transformer_layers)
+    expert_state_per_param = expert_state_bytes_per_parameter(parallel, training)
     first = params[0] if params else 0
-    if params.count(first) == len(params):
+    if any(experts):
+        state_kib = tuple(_kib(state_per_param * (p - e) + expert_state_per_param * e) for p, e in zip(params, experts))
+        times = tuple(t + _ns(accumulation_s(p)) for t, p in zip(times, params))
+    elif params.count(first) == len(params):
         state_kib = (_kib(state_per_param * first),) * len(params)
         accumulation_ns = _ns(accumulation_s(first))
         times = tuple(t + accumulation_ns for t in times)

@@ -62,7 +62,7 @@ def closest_miss(run) -> MemoryMiss | None:
     smallest: dict[tuple, Shape] = {}
     for shape in run.legal:
         key = (shape.num_gpus, shape.tp_size, shape.pp_size, shape.zero_stage, shape.base_recompute,
-               shape.full_recompute, shape.virtual_stages, shape.sequence_parallel, shape.cp_size)
+               shape.full_recompute, shape.virtual_stages, shape.sequence_parallel, shape.cp_size, shape.ep_size)
         if key not in smallest or shape.micro_batch_size < smallest[key].micro_batch_size:
             smallest[key] = shape
     seen = set()

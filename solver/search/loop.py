@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from solver.cost.result import Evaluation
 from solver.cost.schedule import pipeline_comm_s, pipeline_slots
-from solver.cost.stage import state_bytes_per_parameter
+from solver.cost.stage import expert_state_bytes_per_parameter, state_bytes_per_parameter
 from solver.partition.fixed import fixed_partition
 from solver.partition.problem import (
     PartitionMethod,
@@ -139,7 +139,10 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
     uniform = shape.uniform()
     usable = _usable_bytes(request)
     # Model states alone, spread perfectly over the stages, already too much: nothing fits.
-    state_floor = state_bytes_per_parameter(uniform, training) * run.profiles.parameter_count(tp) / shape.pp_size
+    params, experts = run.profiles.parameter_count(tp, shape.ep_size)
+    state_floor = (
+        state_bytes_per_parameter(uniform, training) * (params - experts) + expert_state_bytes_per_parameter(uniform, training) * experts
+    ) / shape.pp_size
     if state_floor > allocatable_bytes(usable):
         return []
     m = micro_batch_count(training.global_batch_size, shape.dp_size, mb)

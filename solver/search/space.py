@@ -53,16 +53,17 @@ class Shape:
     virtual_stages: int
     sequence_parallel: bool
     cp_size: int = 1
+    ep_size: int = 1
 
     @property
     def profile_shape(self) -> ProfileShape:
-        return ProfileShape(self.tp_size, self.micro_batch_size, self.sequence_parallel, self.cp_size)
+        return ProfileShape(self.tp_size, self.micro_batch_size, self.sequence_parallel, self.cp_size, self.ep_size)
 
     def uniform(self) -> ParallelConfig:
         """The configuration with a uniform partition and every layer on the base recompute."""
         return ParallelConfig(
             self.dp_size, self.tp_size, self.pp_size, ZeroStage(self.zero_stage), self.micro_batch_size,
-            self.base_recompute, self.virtual_stages, self.sequence_parallel, cp_size=self.cp_size,
+            self.base_recompute, self.virtual_stages, self.sequence_parallel, cp_size=self.cp_size, ep_size=self.ep_size,
         )
 
 
@@ -78,7 +79,7 @@ class SearchRun:
     legal: list[Shape] = field(default_factory=list)  # shapes that passed every rule
     closest: list[tuple[float, ParallelConfig, Evaluation]] = field(default_factory=list)  # memory misses
     partitions_exact: bool = True
-    framework_rules: dict[tuple[int, int, int], list[Violation]] = field(default_factory=dict)  # (pp, zero, cp) -> violations
+    framework_rules: dict[tuple[int, int, int, int], list[Violation]] = field(default_factory=dict)  # (pp, zero, cp, ep) -> violations
     profiles: "Profiles" = field(init=False)  # per-search profile caches
 
     def __post_init__(self) -> None:
@@ -140,6 +141,19 @@ def cp_sizes(request: SearchRequest, ranks: int) -> list[int]:
     return sizes
 
 
+def ep_sizes(request: SearchRequest, ranks: int) -> list[int]:
+    """Expert-parallel sizes to consider where ``ranks`` (dp x cp) ranks can carry them: those an
+    ep_size constraint admits among the divisors, else 1 for a dense model (its search is as
+    before), and for an MoE model every divisor of ``ranks`` that divides the expert count
+    (``check_structure`` judges the rest)."""
+    if "ep_size" in request.constraints.allowed:
+        return [e for e in divisors(ranks) if request.constraints.admits("ep_size", e)]
+    model = request.model
+    if not model.is_moe:
+        return [1]
+    return [e for e in divisors(ranks) if model.num_experts % e == 0]
+
+
 def shapes(run: SearchRun, num_gpus: int):
     """Every shape the request admits for ``num_gpus``, legal or not (the caller checks)."""
     request = run.request
@@ -149,12 +163,12 @@ def shapes(run: SearchRun, num_gpus: int):
     for tp, cp in tp_cp:
         if not admits("tp_size", tp):
             continue
-        for pp in divisors(num_gpus // (tp * cp)):
+        for pp, ep in ((p, e) for p in divisors(num_gpus // (tp * cp)) for e in ep_sizes(request, num_gpus // (tp * p))):
             dp = num_gpus // (tp * cp * pp)
             if not (admits("pp_size", pp) and admits("dp_size", dp)):
                 continue
-            if not is_legal(run, Shape(num_gpus, dp, tp, pp, 0, 1, Recompute.NONE, False, 1, False, cp), coarse=True):
-                continue  # tp / pp / cp / batch rules that no micro-batch, ZeRO stage or v can repair
+            if not is_legal(run, Shape(num_gpus, dp, tp, pp, 0, 1, Recompute.NONE, False, 1, False, cp, ep), coarse=True):
+                continue  # tp / pp / cp / ep / batch rules that no micro-batch, ZeRO stage or v can repair
             if training.global_batch_size % dp:
                 run.reject(Rule.BATCH_DIVISIBLE)
                 continue
@@ -180,7 +194,7 @@ def shapes(run: SearchRun, num_gpus: int):
                 if v > 1 and (per_replica // mb) % pp:
                     run.reject(Rule.INTERLEAVE_MICRO_BATCHES)
                     continue
-                yield Shape(num_gpus, dp, tp, pp, zero, mb, base, full, v, sp, cp)
+                yield Shape(num_gpus, dp, tp, pp, zero, mb, base, full, v, sp, cp, ep)
 
 
 def is_legal(run: SearchRun, shape: Shape, coarse: bool = False) -> bool:
@@ -205,9 +219,11 @@ def is_legal(run: SearchRun, shape: Shape, coarse: bool = False) -> bool:
             run.stats.configurations_enumerated += 1
             run.stats.configurations_illegal += 1
         return not problems
-    key = (shape.pp_size, shape.zero_stage, shape.cp_size)
+    key = (shape.pp_size, shape.zero_stage, shape.cp_size, shape.ep_size)
     if key not in run.framework_rules:
-        probe = ParallelConfig(pp_size=shape.pp_size, zero_stage=ZeroStage(shape.zero_stage), cp_size=shape.cp_size)
+        probe = ParallelConfig(
+            pp_size=shape.pp_size, zero_stage=ZeroStage(shape.zero_stage), cp_size=shape.cp_size, ep_size=shape.ep_size
+        )
         run.framework_rules[key] = framework_violations(probe, constraints.framework)
     for violation in run.framework_rules[key]:
         run.reject(violation.rule)
@@ -225,7 +241,7 @@ class Profiles:
         self._rows: dict[tuple[ProfileShape, Recompute], tuple] = {}
         self._selective_noop: dict[ProfileShape, bool] = {}
         self._message: dict[ProfileShape, int] = {}
-        self._parameters: dict[int, int] = {}
+        self._parameters: dict[tuple[int, int], tuple[int, int]] = {}
 
     def profile(self, shape: ProfileShape) -> ModelProfile:
         if shape not in self._profiles:
@@ -249,11 +265,15 @@ class Profiles:
             )
         return self._selective_noop[shape]
 
-    def parameter_count(self, tp: int) -> int:
-        """Parameters of one tensor-parallel rank's share of the whole model."""
-        if tp not in self._parameters:
-            self._parameters[tp] = sum(layer.parameter_count for layer in self.profile(ProfileShape(tp, 1, False)).layers)
-        return self._parameters[tp]
+    def parameter_count(self, tp: int, ep: int = 1) -> tuple[int, int]:
+        """Parameters of one tensor- (and expert-) parallel rank's share of the whole model, and
+        how many of them are routed experts'."""
+        if (tp, ep) not in self._parameters:
+            layers = self.profile(ProfileShape(tp, 1, False, 1, ep)).layers
+            self._parameters[tp, ep] = (
+                sum(layer.parameter_count for layer in layers), sum(layer.expert_parameter_count for layer in layers)
+            )
+        return self._parameters[tp, ep]
 
     def message_bytes(self, shape: ProfileShape) -> int:
         """The pipeline's point-to-point message: one transformer layer's output."""
@@ -294,7 +314,8 @@ def count_step_lower_bound_s(run: SearchRun, num_gpus: int) -> float:
     m * model_time / pp = B * tp * model_time(tp, mb, sp) / (mb * N). The minimum over every tp
     that fits the model and the node, every micro-batch size and SP bounds all shapes; with
     context parallelism a GPU runs 1/cp of each sample, m * model_time(tp, mb, sp, cp) / pp =
-    B * tp * cp * model_time / (mb * N), minimised over the cp sizes too."""
+    B * tp * cp * model_time / (mb * N), minimised over the cp sizes too, and over the ep sizes of
+    an MoE model (expert parallelism changes the all-to-alls and the experts' GEMM shapes)."""
     request = run.request
     training, model = request.training, request.model
     best_s = float("inf")
@@ -309,6 +330,7 @@ def count_step_lower_bound_s(run: SearchRun, num_gpus: int) -> float:
             if mb > MICRO_BATCH_CHOICES_MAX or not request.constraints.admits("micro_batch_size", mb):
                 continue
             for sp, cp in itertools.product((False, True) if tp > 1 else (False,), cp_sizes(request, num_gpus // tp)):
-                per_sample = run.profiles.model_time_s(ProfileShape(tp, mb, sp, cp), Recompute.NONE) * tp * cp / mb
-                best_s = min(best_s, training.global_batch_size * per_sample / num_gpus)
+                for ep in ep_sizes(request, num_gpus // (tp * cp)):
+                    per_sample = run.profiles.model_time_s(ProfileShape(tp, mb, sp, cp, ep), Recompute.NONE) * tp * cp / mb
+                    best_s = min(best_s, training.global_batch_size * per_sample / num_gpus)
     return best_s

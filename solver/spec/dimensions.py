@@ -100,6 +100,12 @@ DIMENSIONS: tuple[Dimension, ...] = (
         "context-parallel group size: each sequence split over cp ranks, K and V passed round a ring (Megatron-core, torchtitan)",
         relax_rank=8,
     ),
+    Dimension(
+        "ep_size", Kind.COUNT,
+        "expert-parallel group size: each MoE layer's experts split over ep of the data-parallel ranks, tokens"
+        " dispatched to them by all-to-all (Megatron-core, torchtitan, DeepSpeed-MoE); 1 for dense models",
+        relax_rank=9,
+    ),
     Dimension("zero_stage", Kind.ZERO, "ZeRO stage: 0 none, 1 optimizer states, 2 + gradients, 3 + parameters", relax_rank=1),
     Dimension("micro_batch_size", Kind.COUNT, "sequences per micro-batch", relax_rank=2),
     Dimension("recompute", Kind.RECOMPUTE, "activation recomputation: none, selective or full", relax_rank=0),

@@ -51,10 +51,12 @@ def check_structure(
         ("num_attention_heads", model.num_attention_heads),
         ("num_kv_heads", model.num_kv_heads),
         ("ffn_hidden_size", model.ffn_hidden_size),
+        ("moe_ffn_hidden_size", model.moe_ffn_hidden_size if model.is_moe else tp),
     ):
         if value % tp:
             raise SpecError("parallel.tp_size", f"tp_size {tp} does not divide {what}={value}", Rule(f"tp_divides_{what}"))
     _check_context_parallel(training, parallel)
+    _check_expert_parallel(model, parallel)
     if not cluster.gpu.supports(training.precision):
         raise SpecError("training.precision", f"{cluster.gpu.name} has no {training.precision.value} tensor cores", Rule.PRECISION)
     per_replica = parallel.dp_size * parallel.micro_batch_size
@@ -131,6 +133,29 @@ def _check_context_parallel(training: TrainingSpec, parallel: ParallelConfig) ->
             f"cp_size {cp} needs fused attention (training.flash_attention): Megatron-core and torchtitan"
             " run the ring exchange only inside their fused attention kernels",
             Rule.CP_NEEDS_FUSED_ATTENTION,
+        )
+
+
+def _check_expert_parallel(model: ModelSpec, parallel: ParallelConfig) -> None:
+    """Expert parallelism's structural rules (nothing to check at ep_size 1): a mixture-of-experts
+    model, whose experts split evenly over the ep ranks (Megatron-core asserts
+    ``num_moe_experts % expert_model_parallel_size == 0``), and ep ranks carved from the dp x cp
+    ranks that replicate the dense parameters (``ParallelConfig.expert_dp_size``)."""
+    ep = parallel.ep_size
+    if ep == 1:
+        return
+    if not model.is_moe:
+        raise SpecError("parallel.ep_size", f"ep_size {ep} needs a mixture-of-experts model; {model.name} is dense", Rule.EP_NEEDS_EXPERTS)
+    if model.num_experts % ep:
+        raise SpecError(
+            "parallel.ep_size", f"ep_size {ep} does not divide num_experts={model.num_experts}", Rule.EP_DIVIDES_EXPERTS
+        )
+    if parallel.dp_cp_size % ep:
+        raise SpecError(
+            "parallel.ep_size",
+            f"ep_size {ep} does not divide dp_size * cp_size = {parallel.dp_cp_size}: expert-parallel ranks are"
+            " carved from the data- and context-parallel ranks",
+            Rule.EP_DIVIDES_DATA_PARALLEL,
         )
 
 

@@ -36,6 +36,7 @@ class ParallelConfig:
     stage_layers: tuple[int, ...] | None = None
     full_recompute_layers: tuple[int, ...] | None = None
     cp_size: int = 1  # last: positional construction (dp, tp, pp, ...) predates it
+    ep_size: int = 1  # expert parallelism: carved from the dp x cp ranks (``expert_dp_size``)
 
     def __post_init__(self) -> None:
         for dimension in DIMENSIONS:
@@ -73,6 +74,18 @@ class ParallelConfig:
         ``data_parallel_group_with_context_parallel``, which its DDP and distributed optimizer
         use; torchtitan's FSDP mesh ``dp_shard_cp``). Parameters are replicated over cp."""
         return self.dp_size * self.cp_size
+
+    @property
+    def expert_dp_size(self) -> int:
+        """Ranks that hold the same experts: expert gradients are reduced, and ZeRO shards expert
+        states, over dp x cp / ep of them. Expert parallelism takes no GPUs of its own: its ep
+        ranks are carved out of the dp x cp ranks that replicate the dense parameters, and each
+        holds num_experts / ep of every MoE layer's experts, split over tp as the dense MLP is
+        (Megatron-core ``parallel_state.initialize_model_parallel``: expert data-parallel size =
+        world / (pp x expert_tp x ep) with expert_tensor_parallel_size defaulting to tp, i.e.
+        dp x cp / ep; its expert rank grid is tp-ep-dp-pp, so an EP group's ranks are tp apart).
+        Exact once ``check_structure`` has passed (ep divides dp x cp)."""
+        return self.dp_cp_size // self.ep_size
 
     @property
     def num_chunks(self) -> int:

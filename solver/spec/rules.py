@@ -27,12 +27,17 @@ class Rule(str, Enum):
     RECOMPUTE_WITHIN_STAGE = "recompute_within_stage"
     CP_DIVIDES_SEQUENCE = "cp_divides_sequence"
     CP_NEEDS_FUSED_ATTENTION = "cp_needs_fused_attention"
+    TP_DIVIDES_MOE_FFN_HIDDEN_SIZE = "tp_divides_moe_ffn_hidden_size"
+    EP_NEEDS_EXPERTS = "ep_needs_experts"
+    EP_DIVIDES_EXPERTS = "ep_divides_experts"
+    EP_DIVIDES_DATA_PARALLEL = "ep_divides_data_parallel"
     # Policy: costed, but a framework cannot run it or the request forbids it.
     TP_WITHIN_NODE = "tp_within_node"
     ZERO_WITH_PP = "zero_with_pp"
     FRAMEWORK_ZERO = "framework_zero"
     FRAMEWORK_PP = "framework_pp"
     FRAMEWORK_CP = "framework_cp"
+    FRAMEWORK_EP = "framework_ep"
     # Fit and objective.
     MEMORY = "memory"
     DEADLINE = "deadline"
@@ -60,6 +65,10 @@ _SUMMARIES = {
     Rule.FRAMEWORK_ZERO: "the framework does not offer that ZeRO stage",
     Rule.FRAMEWORK_PP: "the framework has no pipeline parallelism",
     Rule.FRAMEWORK_CP: "the framework has no context parallelism",
+    Rule.FRAMEWORK_EP: "the framework has no expert parallelism",
+    Rule.EP_NEEDS_EXPERTS: "expert parallelism needs a mixture-of-experts model",
+    Rule.EP_DIVIDES_EXPERTS: "ep_size does not divide the number of experts",
+    Rule.EP_DIVIDES_DATA_PARALLEL: "ep_size does not divide dp_size x cp_size, the ranks it is carved from",
     Rule.CP_DIVIDES_SEQUENCE: "the sequence length does not split into 2 x cp_size equal chunks",
     Rule.CP_NEEDS_FUSED_ATTENTION: "context parallelism needs fused (flash) attention",
     Rule.BATCH_DIVISIBLE: "the global batch does not divide over dp_size x micro_batch_size",

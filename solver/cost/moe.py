@@ -1,0 +1,122 @@
+"""What a mixture-of-experts layer costs beyond a dense one, for one micro-batch on one GPU of a
+tensor-parallel group of tp, a context-parallel group of cp and an expert-parallel group of ep.
+
+An MoE layer is a dense layer whose MLP is replaced by a router, shared experts and routed
+experts (Shazeer et al. 2017; GShard, Lepikhin et al. 2020; Switch Transformer, Fedus et al.
+2021; DeepSeekMoE, Dai et al. 2024). ``solver.cost.analytic`` costs the dense layer and applies
+``MoeMlpCost`` to it: the MLP's GEMMs, activation-function and permutation bytes, kept
+activations, tensor-parallel traffic and parameters are swapped for the MoE ones, and the token
+dispatch and combine all-to-alls are added.
+
+The layout is Megatron-core's (``MoEAlltoAllTokenDispatcher``, expert tensor parallel size = tp):
+each TP rank dispatches its 1/tp share of the micro-batch's b*s/cp tokens (Megatron-core requires
+sequence parallelism with MoE and TP), the ep ranks exchange them all-to-all, the expert-TP group
+all-gathers the received tokens so that each TP rank runs its 1/tp slice of its num_experts/ep
+local experts on all of them, reduce-scatters the outputs, and a second all-to-all returns them
+(combine). Backward runs both all-to-alls again. On average every rank receives tokens*k routed
+tokens whatever ep is (each of the ep ranks sends tokens*k/ep to each), so expert parallelism
+divides the experts' memory, not their work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from solver.cost.comm import all_reduce_s, all_to_all_s, tp_link
+from solver.cost.compute import gemm_time_s
+from solver.cost.flops import (
+    layer_expert_parameter_count,
+    layer_forward_gemm_flops,
+    layer_parameter_count,
+)
+from solver.spec.hardware import ClusterSpec
+from solver.spec.model import MlpActivation, ModelSpec
+from solver.spec.training import Precision
+
+BYTES_16BIT = 2  # dispatched tokens travel in bf16 (Megatron-core's default dispatcher)
+# Router imbalance: the busiest expert rank processes more than the mean tokens * k / ep routed
+# tokens, and the layer waits for it. Costed at the capacity factor 1.25: Switch Transformer
+# (Fedus et al. 2021, arXiv 2101.03961, Sec 2.2 and Table 1) trains with capacity factors 1.0 and
+# 1.25, i.e. each expert's buffer padded to (or tokens dropped beyond) 1.25 x its mean load;
+# GShard (Lepikhin et al. 2020 Sec 2.2) sizes it at 2 x mean for top-2. A dropless router with
+# load-balancing losses has a max/mean load of this order. It scales the routed experts' GEMMs,
+# activations and element-wise work, not the all-to-all bytes (which follow top-k).
+EXPERT_LOAD_FACTOR = 1.25
+# Permuting tokens into expert order before the experts and back after (Megatron-core's
+# ``permute`` / ``unpermute``): each reads and writes the routed tokens' h-wide 16-bit rows.
+PERMUTE_BYTES_PER_ELEMENT = 2 * (2 + 2)
+PERMUTE_KERNELS = 2
+
+
+@dataclass(frozen=True)
+class MoeMlpCost:
+    """The MoE MLP of one layer against the dense MLP it replaces (per micro-batch, one GPU)."""
+
+    dense_gemm_forward_s: float  # the dense MLP's up (+ gate) and down GEMMs, to be taken out
+    gemm_forward_s: float  # router, shared experts and this rank's routed experts, forward
+    elementwise_bytes: float  # forward HBM bytes added: wider activation function, permutations
+    elementwise_kernels: int
+    kept_bytes: float  # activation bytes kept for backward added (wider MLP, dispatched tokens)
+    tp_comm_s: float  # tensor-parallel traffic added (expert-TP gather / scatter of routed tokens)
+    ep_comm_s: float  # dispatch + combine, forward and backward: four all-to-alls
+    parameter_count: int  # this GPU's parameters of the whole MoE layer
+    expert_parameter_count: int  # of which routed experts (sharded over ep and tp)
+    model_flops: float  # useful forward + backward FLOPs added on this GPU (active experts for the dense MLP)
+
+
+def dispatch_bytes(model: ModelSpec, tokens: float, tp_size: int) -> float:
+    """Bytes one rank holds for one dispatch (or combine) all-to-all: its tokens/tp share of the
+    micro-batch's tokens, each sent to k experts, h wide, 16 bit. The all-to-all sends (ep - 1)/ep
+    of it to other ranks (``comm.all_to_all_s``)."""
+    return tokens / tp_size * model.experts_per_token * model.hidden_size * BYTES_16BIT
+
+
+def ep_comm_s(cluster: ClusterSpec, model: ModelSpec, tokens: float, tp_size: int, ep_size: int) -> float:
+    """One MoE layer's all-to-alls on one rank: dispatch and combine forward, their gradients
+    backward (2 + 2). Megatron-core runs them on the compute stream (exposed); overlapping them
+    with another micro-batch's compute (DeepSeek-V3's DualPipe, Sec 3.2.1) is not modelled."""
+    return 4 * all_to_all_s(cluster, dispatch_bytes(model, tokens, tp_size), ep_size, tp_size)
+
+
+def moe_mlp_cost(
+    model: ModelSpec, cluster: ClusterSpec, precision: Precision, tokens: int, tp_size: int, ep_size: int
+) -> MoeMlpCost:
+    """The MoE MLP of one layer on one GPU (see the module docstring); ``tokens`` = b * s / cp."""
+    gpu, t, h = cluster.gpu, tp_size, model.hidden_size
+    gate_up = 2 if model.mlp_activation is MlpActivation.SWIGLU else 1
+    f, fe, k = model.ffn_hidden_size, model.moe_ffn_hidden_size, model.experts_per_token
+    dense = gemm_time_s(gpu, precision, tokens, gate_up * f / t, h) + gemm_time_s(gpu, precision, tokens, h, f / t)
+    local_experts = model.num_experts // ep_size
+    routed_tokens = tokens * k * EXPERT_LOAD_FACTOR  # received by the busiest rank
+    per_expert = routed_tokens / local_experts  # rows of each local expert's grouped GEMM
+    shared = model.num_shared_experts * fe
+    gemm_s = (
+        gemm_time_s(gpu, precision, tokens, model.num_experts, h)  # router logits
+        + gemm_time_s(gpu, precision, per_expert, gate_up * fe / t, h, batch=local_experts)  # routed up (+ gate)
+        + gemm_time_s(gpu, precision, per_expert, h, fe / t, batch=local_experts)  # routed down
+    )
+    if shared:
+        gemm_s += gemm_time_s(gpu, precision, tokens, gate_up * shared / t, h) + gemm_time_s(gpu, precision, tokens, h, shared / t)
+    inner_elements = routed_tokens * fe + tokens * shared  # what the activation function sees, before /t
+    activation_fn = (6 if gate_up == 2 else 4)  # bytes per inner element: as the dense layer's
+    elementwise = activation_fn * (inner_elements - tokens * f) / t + PERMUTE_BYTES_PER_ELEMENT * routed_tokens * h
+    kept = activation_fn * (inner_elements - tokens * f) / t + BYTES_16BIT * routed_tokens * h
+    # The dense MLP's two TP all-reduces of tokens x h become an all-gather and a reduce-scatter
+    # of the routed tokens (k x more rows) inside the expert-TP group: the same ring volume.
+    link = tp_link(cluster, t)
+    tp_extra = 2 * (all_reduce_s(BYTES_16BIT * tokens * k * h, t, link) - all_reduce_s(BYTES_16BIT * tokens * h, t, link))
+    experts = layer_expert_parameter_count(model)
+    dense_part = layer_parameter_count(model, moe=True) - experts
+    expert_local = experts // (ep_size * t)
+    return MoeMlpCost(
+        dense_gemm_forward_s=dense,
+        gemm_forward_s=gemm_s,
+        elementwise_bytes=elementwise,
+        elementwise_kernels=PERMUTE_KERNELS,
+        kept_bytes=kept,
+        tp_comm_s=tp_extra,
+        ep_comm_s=ep_comm_s(cluster, model, tokens, t, ep_size),
+        parameter_count=dense_part // t + expert_local,
+        expert_parameter_count=expert_local,
+        model_flops=3.0 * (layer_forward_gemm_flops(model, tokens, moe=True) - layer_forward_gemm_flops(model, tokens)) / t,
+    )
