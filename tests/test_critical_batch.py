@@ -121,6 +121,10 @@ def test_candidate_batches_default_and_bounds() -> None:
     assert len(candidate_batches(512, 1, 1 << (MAX_BATCH_CANDIDATES - 1))) == MAX_BATCH_CANDIDATES
     with pytest.raises(SpecError):
         candidate_batches(512, 64, 32)
+    with pytest.raises(SpecError) as error:
+        candidate_batches(512, 1 << 25, 1 << 25)
+    assert error.value.field == "critical_batch.global_batch_size.max"
+    assert candidate_batches(1 << 24) == ((1 << 21), (1 << 22), (1 << 23), (1 << 24))
 
 
 # --------------------------------------------------------------------------- choosing the batch
@@ -170,3 +174,7 @@ def test_choose_batch_min_cost_and_misuse() -> None:
     with pytest.raises(SpecError) as error:
         choose_batch(with_tokens, BatchRequest(noise, (512,)))
     assert error.value.field == "training.train_tokens"
+    # More tokens than a plan may train is a SpecError naming min_tokens, not train_tokens.
+    with pytest.raises(SpecError) as error:
+        at_batch(request, NoiseScale.given(1e16, noise_scale_tokens=1.0), 512)
+    assert error.value.field == "critical_batch.min_tokens"

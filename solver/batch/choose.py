@@ -23,12 +23,16 @@ from solver.search.request import Objective, SearchRequest
 from solver.search.result import SearchResult
 from solver.spec.errors import SpecError
 from solver.spec.parallel import ParallelConfig
+from solver.spec.training import TRAIN_TOKENS_MAX
 
 # The most global batch sizes one request compares: each is one plan search (~0.02 to 1 s).
 MAX_BATCH_CANDIDATES = 8
 # Without bounds the candidates run from the request's batch / 8 to its batch x 8 by doubling:
 # seven searches, three halvings and three doublings around what the request asked for.
 DEFAULT_SPAN = 8
+# The largest global batch compared: the API's bound on training.global_batch_size (2^24
+# sequences, app.core.types.Size), far past any critical batch of a language model.
+MAX_GLOBAL_BATCH_SIZE = 2**24
 SECONDS_PER_HOUR = 3600.0
 OBJECTIVES = (Objective.MIN_TIME_TO_TRAIN, Objective.MIN_COST)
 
@@ -40,9 +44,11 @@ def candidate_batches(reference: int, minimum: int | None = None, maximum: int |
     ``critical_batch.global_batch_size`` for more than ``MAX_BATCH_CANDIDATES``."""
     field = "critical_batch.global_batch_size"
     low = minimum if minimum is not None else max(1, reference // DEFAULT_SPAN)
-    high = maximum if maximum is not None else reference * DEFAULT_SPAN
+    high = maximum if maximum is not None else min(reference * DEFAULT_SPAN, MAX_GLOBAL_BATCH_SIZE)
     if low < 1:
         raise SpecError(f"{field}.min", f"must be at least 1, got {low}")
+    if high > MAX_GLOBAL_BATCH_SIZE:
+        raise SpecError(f"{field}.max", f"must be at most {MAX_GLOBAL_BATCH_SIZE}, got {high}")
     if high < low:
         raise SpecError(f"{field}.max", f"max {high} is below min {low}")
     values = {high}
@@ -101,6 +107,11 @@ def at_batch(request: SearchRequest, noise: NoiseScale, global_batch_size: int) 
     (E(B)) as its ``train_tokens``: the search's min_time_to_train and min_cost then rank by
     the time and cost of reaching the target at this batch."""
     cost = batch_cost(noise, global_batch_size * request.training.seq_length)
+    if cost.tokens > TRAIN_TOKENS_MAX:
+        raise SpecError(
+            "critical_batch.min_tokens",
+            f"a batch of {global_batch_size} sequences would need {cost.tokens:.4g} tokens, more than the {TRAIN_TOKENS_MAX:g} a plan may train",
+        )
     training = replace(request.training, global_batch_size=global_batch_size, train_tokens=cost.tokens)
     return replace(request, training=training)
 

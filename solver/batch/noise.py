@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from solver.spec.errors import SpecError, check_in_range
+from solver.spec.training import TRAIN_TOKENS_MAX
 
 # Kaplan et al. 2020, Section 5.1 (their fit of B_crit against the loss): B* ~ 2e8 tokens.
 KAPLAN_B_STAR_TOKENS = 2.0e8
@@ -37,8 +38,8 @@ KAPLAN_ALPHA_B = 0.21
 TARGET_LOSS_RANGE = (0.5, 20.0)
 # A noise scale from one token to 1e12 tokens (the largest fitted B_crit is ~1e7 tokens).
 NOISE_SCALE_TOKENS_RANGE = (1.0, 1e12)
-# Minimal token counts from 1 to 1e16 (TrainingSpec's train_tokens bound is 1e16 too).
-MIN_TOKENS_RANGE = (1.0, 1e16)
+# Minimal token counts from 1 token to the most a plan may train (TrainingSpec's bound).
+MIN_TOKENS_RANGE = (1.0, TRAIN_TOKENS_MAX)
 
 
 class NoiseSource(str, Enum):
