@@ -112,6 +112,8 @@ def cluster_spec_on_gpu(data: dict[str, Any], gpu: GpuSpec) -> ClusterSpec:
             num_nodes=data["num_nodes"],
             intra_node_bytes_per_s=float(data["intra_node_gbytes_per_s"]) * GB_BYTES,
             inter_node_bytes_per_s=float(data["inter_node_gbytes_per_s"]) * GB_BYTES,
+            # GPUs one NVLink fabric joins; absent: the node (ClusterSpec's default).
+            nvlink_domain_gpus=data.get("nvlink_domain_gpus"),
             **optional,  # type: ignore[arg-type]  # latencies and bus efficiencies, floats
         )
     except KeyError as missing:

@@ -99,11 +99,23 @@ def _cluster_of(node: dict[str, Any], name: str, num_nodes: int, source: str, pr
 def node_cluster_entry(node_name: str, num_gpus: int | None) -> dict[str, Any]:
     """A cluster of the node type ``node_name``, as many nodes as ``num_gpus`` needs (one node
     when no count is given): how people describe a cluster ("1024 GPUs of dgx-a100-80gb").
-    CatalogError with close names when no node type has that name."""
+
+    Where an NVLink domain spans several hosts (a GB200 NVL72 rack of 18 four-GPU trays), the
+    count is rounded up to whole domains instead: a rack is bought, wired and scheduled whole, so
+    256 GPUs of gb200-nvl72 are 4 racks (288 GPUs). A plan for 256 of them uses 256, filling the
+    racks in rank order (3 full racks and 40 GPUs of the fourth); its groups stay on NVLink as
+    long as they fit in a rack. CatalogError with close names when no node type has that name."""
     node = get_entry("nodes", node_name)
     per_node = node["gpus_per_node"]
-    num_nodes = max(1, -(-(num_gpus or per_node) // per_node))
-    return _cluster_of(node, node_name, num_nodes, f"{num_nodes} nodes of the node type {node_name}", None)
+    per_domain = node.get("nvlink_domain_gpus") or per_node
+    unit = max(per_node, per_domain)  # one divides the other (ClusterSpec checks it)
+    units = max(1, -(-(num_gpus or unit) // unit))
+    num_nodes = units * unit // per_node
+    if unit > per_node:
+        source = f"{units} NVLink domains of {per_domain} GPUs ({num_nodes} nodes) of the node type {node_name}"
+    else:
+        source = f"{num_nodes} nodes of the node type {node_name}"
+    return _cluster_of(node, node_name, num_nodes, source, None)
 
 
 def _entries(kind: str) -> dict[str, dict[str, Any]]:

@@ -26,7 +26,7 @@ from app.core.types import (
     Size,
 )
 
-PrecisionName = Literal["fp16", "bf16", "fp8"]
+PrecisionName = Literal["fp16", "bf16", "fp8", "mxfp8", "nvfp4"]
 # Expert counts: DeepSeek-V3 has 256 routed experts; 4096 bounds a search's expert-parallel sizes.
 ExpertCount = Annotated[int, Field(strict=True, ge=0, le=4096)]
 LatentWidth = Annotated[int, Field(strict=True, ge=0, le=2**24)]
@@ -56,6 +56,12 @@ CLUSTER_EXAMPLE = {
     "inter_node_latency_us": 10.0,
     "gpu_hour_price_usd": 2.5,
 }
+
+# The cluster's NVLink domain (GPUs one NVLink switch fabric joins), where it is not the node.
+NVLINK_DOMAIN = (
+    "GPUs per NVLink domain, whose links intra_node_* describe (72 for a GB200 NVL72 rack of 4-GPU"
+    " trays); default gpus_per_node; one of the two divides the other"
+)
 
 GPU_EXAMPLE = {
     "name": "my-gpu",
@@ -134,6 +140,7 @@ class ClusterSpecIn(BaseModel):
     intra_node_bus_efficiency: Efficiency | None = None
     inter_node_bus_efficiency: Efficiency | None = None
     gpu_hour_price_usd: PriceUsd | None = None
+    nvlink_domain_gpus: Size | None = Field(None, description=NVLINK_DOMAIN)
 
 
 # Responses. A field typed ``X | MISSING`` is absent when the entry does not carry it.
@@ -147,6 +154,8 @@ class PeakTflops(BaseModel):
     fp16: float | MISSING = Field(MISSING, description="FP16 peak, TFLOP/s")
     bf16: float | MISSING = Field(MISSING, description="BF16 peak, TFLOP/s")
     fp8: float | MISSING = Field(MISSING, description="FP8 peak, TFLOP/s")
+    mxfp8: float | MISSING = Field(MISSING, description="MXFP8 (block-scaled FP8, OCP MX) peak, TFLOP/s")
+    nvfp4: float | MISSING = Field(MISSING, description="NVFP4 (block-scaled FP4) peak, TFLOP/s")
 
 
 class GemmEfficiency(BaseModel):
@@ -157,6 +166,8 @@ class GemmEfficiency(BaseModel):
     fp16: float | MISSING = Field(MISSING, description="FP16 large-GEMM efficiency, a fraction of the peak")
     bf16: float | MISSING = Field(MISSING, description="BF16 large-GEMM efficiency, a fraction of the peak")
     fp8: float | MISSING = Field(MISSING, description="FP8 large-GEMM efficiency, a fraction of the peak")
+    mxfp8: float | MISSING = Field(MISSING, description="MXFP8 large-GEMM efficiency, a fraction of the peak")
+    nvfp4: float | MISSING = Field(MISSING, description="NVFP4 large-GEMM efficiency, a fraction of the peak")
 
 
 class GemmSampleOut(BaseModel):
@@ -302,6 +313,7 @@ class StoredClusterSpec(BaseModel):
     intra_node_bus_efficiency: float | None | MISSING = Field(MISSING, description=BUS_EFFICIENCY)
     inter_node_bus_efficiency: float | None | MISSING = Field(MISSING, description=BUS_EFFICIENCY)
     gpu_hour_price_usd: float | None | MISSING = Field(MISSING, description=PRICE)
+    nvlink_domain_gpus: int | None | MISSING = Field(MISSING, description=NVLINK_DOMAIN)
     node: str | MISSING = Field(MISSING, description="the catalog node type")
     source: str | MISSING = Field(MISSING, description="where the cluster comes from")
     link_sources: dict[str, str] | MISSING = Field(MISSING, description=SOURCES_DESCRIPTION)

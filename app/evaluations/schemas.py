@@ -33,7 +33,9 @@ class Training(BaseModel):
 
     global_batch_size: Size
     seq_length: Size
-    precision: Literal["fp16", "bf16", "fp8"] = "bf16"
+    precision: Literal["fp16", "bf16", "fp8", "mxfp8", "nvfp4"] = Field(
+        "bf16", description="GEMM precision; fp8, mxfp8 and nvfp4 need a GPU with that tensor-core peak (else 422)"
+    )
     optimizer: Literal["adam", "sgd"] = "adam"
     train_tokens: TrainTokens | None = not_given()
     stack: Reference | None = Field(None, description="software stack (catalog name); null: the catalog's default stack")

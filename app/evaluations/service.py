@@ -73,7 +73,11 @@ def evaluate_configuration(session: Session, body: EvaluationRequest, access: Ac
     # The read is over: release the connection (and SQLite's lock) before computing.
     session.rollback()
     training = training_spec(body.training)
-    num_gpus = check_num_gpus(body.num_gpus, resolved.cluster)
+    # A node type named as the cluster is sized to the layout, in whole NVLink domains where one
+    # spans several hosts (a GB200 NVL72 rack): the layout's GPUs, not the racks', are evaluated.
+    entry = resolved.snapshot["cluster"]["entry"]
+    sized_to_layout = body.num_gpus is None and entry.get("node") == entry.get("name")
+    num_gpus = check_num_gpus(parallel_gpus if sized_to_layout else body.num_gpus, resolved.cluster)
     try:
         parallel = parallel_from_dict(body.parallel.model_dump())
         result = evaluate(

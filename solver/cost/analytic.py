@@ -86,15 +86,47 @@ EAGER = ElementwiseCost(score_bytes=4 + 4 + 4 + 5, hidden_bytes=8 + 10 + 12, hea
 # (m + n) k, not m n k: they matter most at small hidden sizes (issue 13, mechanism 7).
 FP8_CAST_TRANSPOSE_BYTES = 4
 FP8_CAST_KERNELS = 4  # one per linear layer, forward and again backward
+# Block-scaled formats quantise the same tensors (each GEMM's input forward, its output gradient
+# backward; weights once per step), but a block's scale runs along the GEMM's k, so the copy that
+# feeds the wgrad GEMM (k = tokens) is quantised again along the other axis, with its own scales,
+# instead of being a transpose (Transformer Engine's MXFP8 and NVFP4 recipes quantise "rowwise"
+# and "columnwise"). The amax of each block is found in the same pass. Per element of the 16-bit
+# tensor:
+# - MXFP8 (OCP MX spec v1.0: 32-element blocks, one E8M0 scale each): 2 bytes read, 1 + 1 FP8
+#   bytes and 2 x 1/32 scale bytes written, in one kernel per tensor as FP8's cast-transpose.
+# - NVFP4 (arXiv 2509.25149: 16-element blocks with an E4M3 scale each, under an FP32 per-tensor
+#   scale from the tensor's amax): an amax pass reads the tensor first (2 bytes, one more kernel),
+#   then 2 bytes read, 0.5 + 0.5 FP4 bytes and 2 x 1/16 scale bytes written. The recipe's random
+#   Hadamard transform of the wgrad operands and stochastic rounding of gradients run inside the
+#   quantising kernel and move no further bytes.
+# Like FP8's, these kernels scale with (m + n) k, not m n k.
+MXFP8_QUANTISE_BYTES = 2 + 2 * (1 + 1 / 32)
+NVFP4_QUANTISE_BYTES = 2 + 2 + 2 * (0.5 + 1 / 16)
+
+
+@dataclass(frozen=True)
+class QuantisationCost:
+    """What casting one 16-bit tensor to a GEMM precision moves: HBM bytes per element, and kernel
+    launches per pass of a layer (its four linear layers' tensors)."""
+
+    bytes_per_element: float
+    kernels: int
+
+
+QUANTISATION = {
+    Precision.FP8: QuantisationCost(FP8_CAST_TRANSPOSE_BYTES, FP8_CAST_KERNELS),
+    Precision.MXFP8: QuantisationCost(MXFP8_QUANTISE_BYTES, FP8_CAST_KERNELS),
+    Precision.NVFP4: QuantisationCost(NVFP4_QUANTISE_BYTES, 2 * FP8_CAST_KERNELS),  # amax pass + quantise
+}
 
 # Cross-entropy over fp32 logits: convert, max, exp-sum and loss passes (~12 bytes per logit) each way.
 CROSS_ENTROPY_BYTES = 12
 
 
 def _sixteen_bit(precision: Precision) -> Precision:
-    """FP8 applies to the linear layers only (Transformer Engine): attention and the output
-    layer run in 16 bit."""
-    return Precision.BF16 if precision is Precision.FP8 else precision
+    """FP8 and the block-scaled formats apply to the linear layers only (Transformer Engine):
+    attention and the output layer run in 16 bit."""
+    return Precision.BF16 if precision in QUANTISATION else precision
 
 
 def _activation_all_reduce_s(cluster: ClusterSpec, tokens: float, hidden_size: int, tp_size: int) -> float:
@@ -158,10 +190,13 @@ def cp_comm_exposed_s(
 
 
 def _fp8_cast_s(model: ModelSpec, gpu: GpuSpec, precision: Precision, tokens: float, tp_size: int) -> tuple[float, float]:
-    """(forward, backward) seconds of one layer's FP8 cast-transpose kernels on one TP rank: each
-    linear layer's input (tokens x its local in-width) forward, its output gradient (tokens x its
-    local out-width) backward (see FP8_CAST_TRANSPOSE_BYTES). Zero in 16 bit."""
-    if precision is not Precision.FP8:
+    """(forward, backward) seconds of one layer's quantisation kernels on one TP rank (FP8's
+    cast-transpose, MXFP8's and NVFP4's rowwise and columnwise block quantisation): each linear
+    layer's input (tokens x its local in-width) forward, its output gradient (tokens x its local
+    out-width) backward, at QUANTISATION's bytes per element (see FP8_CAST_TRANSPOSE_BYTES and
+    MXFP8_QUANTISE_BYTES). Zero in 16 bit."""
+    cost = QUANTISATION.get(precision)
+    if cost is None:
         return 0.0, 0.0
     t = tp_size
     h, kv, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
@@ -169,8 +204,8 @@ def _fp8_cast_s(model: ModelSpec, gpu: GpuSpec, precision: Precision, tokens: fl
     inputs = tokens * (h + h / t + h + f / t)  # QKV, output projection, up (+ gate), down
     output_grads = tokens * ((h + 2 * kv) / t + h + up / t + h)
     return (
-        elementwise_time_s(gpu, FP8_CAST_TRANSPOSE_BYTES * inputs, kernels=FP8_CAST_KERNELS),
-        elementwise_time_s(gpu, FP8_CAST_TRANSPOSE_BYTES * output_grads, kernels=FP8_CAST_KERNELS),
+        elementwise_time_s(gpu, cost.bytes_per_element * inputs, kernels=cost.kernels),
+        elementwise_time_s(gpu, cost.bytes_per_element * output_grads, kernels=cost.kernels),
     )
 
 

@@ -59,8 +59,9 @@ def p2p_s(message_bytes: float, link: Link) -> float:
 
 def span_link(cluster: ClusterSpec, ranks: int) -> Link:
     """The link a group of ``ranks`` consecutive ranks communicates over: NVLink when they fit in
-    one node, else the ring's slowest hop, each GPU's share of the node's NICs."""
-    return intra_node_link(cluster) if ranks <= cluster.gpus_per_node else inter_node_link(cluster)
+    one NVLink domain (``ClusterSpec.nvlink_domain_gpus``: a node of an HGX box, a whole GB200
+    NVL72 rack), else the ring's slowest hop, each GPU's share of the NICs."""
+    return intra_node_link(cluster) if ranks <= cluster.domain_gpus else inter_node_link(cluster)
 
 
 def tp_link(cluster: ClusterSpec, tp_size: int) -> Link:
@@ -123,14 +124,16 @@ def all_to_all_s(cluster: ClusterSpec, message_bytes: float, ep_size: int, tp_si
 
 
 def dp_group_layout(cluster: ClusterSpec, tp_size: int, dp_size: int, cp_size: int = 1) -> tuple[int, int]:
-    """(members per node, nodes spanned) of one gradient-reduction group: the dp x cp ranks that
-    hold the same parameters, tp_size apart (tp-cp-dp-pp order: cp ranks first, then dp)."""
+    """(members per NVLink domain, domains spanned) of one gradient-reduction group: the dp x cp
+    ranks that hold the same parameters, tp_size apart (tp-cp-dp-pp order: cp ranks first, then
+    dp). A domain is a node unless the cluster says otherwise (``nvlink_domain_gpus``)."""
     members = dp_size * cp_size
-    if tp_size >= cluster.gpus_per_node:
+    domain = cluster.domain_gpus
+    if tp_size >= domain:
         return 1, members
-    per_node = min(members, cluster.gpus_per_node // tp_size)
-    nodes = -(-members // per_node)
-    return per_node, nodes
+    per_domain = min(members, domain // tp_size)
+    domains = -(-members // per_domain)
+    return per_domain, domains
 
 
 def data_parallel_collective_s(
@@ -154,8 +157,8 @@ def data_parallel_collective_s(
     ranks = dp_size * cp_size
     if ranks <= 1 or message_bytes <= 0:
         return 0.0
-    _, nodes = dp_group_layout(cluster, tp_size, dp_size, cp_size)
-    link = intra_node_link(cluster) if nodes == 1 else inter_node_link(cluster)
+    _, domains = dp_group_layout(cluster, tp_size, dp_size, cp_size)
+    link = intra_node_link(cluster) if domains == 1 else inter_node_link(cluster)
     if kind == "all_reduce":
         return all_reduce_s(message_bytes, ranks, link)
     if kind in ("reduce_scatter", "all_gather"):

@@ -24,9 +24,21 @@ from solver.spec.training import Precision
 BYTES_16BIT = 2  # fp16 / bf16 element
 
 
-def bytes_per_element(precision: Precision) -> int:
-    """GEMM operand size: 1 byte for FP8 GEMMs, 2 bytes for fp16/bf16."""
-    return 1 if precision is Precision.FP8 else BYTES_16BIT
+# Operand bytes per element of the block-scaled formats, scales included: MXFP8 stores one FP8
+# byte per element and one E8M0 scale byte per 32-element block (OCP Microscaling Formats (MX)
+# Specification v1.0: block size k = 32, shared E8M0 scale; Transformer Engine's MXFP8 recipe
+# docs); NVFP4 half a byte per E2M1 element and one E4M3 scale byte per 16-element block (NVIDIA,
+# "Pretraining Large Language Models with NVFP4", arXiv 2509.25149; its one FP32 per-tensor
+# scale is negligible).
+MXFP8_OPERAND_BYTES = 1 + 1 / 32
+NVFP4_OPERAND_BYTES = 0.5 + 1 / 16
+OPERAND_BYTES = {Precision.FP8: 1.0, Precision.MXFP8: MXFP8_OPERAND_BYTES, Precision.NVFP4: NVFP4_OPERAND_BYTES}
+
+
+def bytes_per_element(precision: Precision) -> float:
+    """GEMM operand size: 1 byte for FP8 GEMMs, 1 + 1/32 for MXFP8 and 0.5 + 1/16 for NVFP4
+    (their block scales included), 2 bytes for fp16/bf16."""
+    return OPERAND_BYTES.get(precision, BYTES_16BIT)
 
 
 TILE_M, TILE_N = 256, 128  # output tile of large cuBLAS fp16/bf16 kernels (NVIDIA GEMM guide)

@@ -312,7 +312,7 @@ def count_step_lower_bound_s(run: SearchRun, num_gpus: int) -> float:
     """No plan on ``num_gpus`` GPUs steps faster. A shape's step takes at least its m
     micro-batches through its slowest stage, which holds at least 1/pp of the model:
     m * model_time / pp = B * tp * model_time(tp, mb, sp) / (mb * N). The minimum over every tp
-    that fits the model and the node, every micro-batch size and SP bounds all shapes; with
+    that fits the model and the NVLink domain, every micro-batch size and SP bounds all shapes; with
     context parallelism a GPU runs 1/cp of each sample, m * model_time(tp, mb, sp, cp) / pp =
     B * tp * cp * model_time / (mb * N), minimised over the cp sizes too, and over the ep sizes of
     an MoE model (expert parallelism changes the all-to-alls and the experts' GEMM shapes)."""
@@ -322,7 +322,7 @@ def count_step_lower_bound_s(run: SearchRun, num_gpus: int) -> float:
     for tp in divisors(num_gpus):
         if model.num_attention_heads % tp or model.num_kv_heads % tp or model.ffn_hidden_size % tp:
             continue
-        if request.cluster.gpus_per_node % tp and not request.constraints.allow_tp_across_nodes:
+        if request.cluster.domain_gpus % tp and not request.constraints.allow_tp_across_nodes:
             continue
         if not request.constraints.admits("tp_size", tp):
             continue

@@ -57,6 +57,10 @@ KERNEL_LAUNCH_S = 5e-6
 # collective hides behind.
 DEFAULT_OVERLAP_SLOWDOWN = 0.189
 
+# Block-scaled GEMM precisions (OCP MX / NVIDIA NVFP4): a GPU states their peaks only where its
+# tensor cores run them (Blackwell, AMD CDNA4), so a request for one on a GPU without it is refused.
+BLOCK_SCALED = (Precision.MXFP8, Precision.NVFP4)
+
 # --- Cluster defaults ---------------------------------------------------------------------------
 # Per-step latency of a ring collective: a few microseconds on NVLink, about 10 us over
 # InfiniBand (nccl-tests small-message times; data/nodes.json "latency" sources).
@@ -125,10 +129,14 @@ class GpuSpec:
             ) from None
 
     def efficiency(self, precision: Precision) -> float:
-        """Large-GEMM efficiency; a precision without its own measurement uses bf16's."""
+        """Large-GEMM efficiency; a precision without its own measurement uses bf16's (a
+        block-scaled one FP8's first: the same tensor-core rate, the scales applied inside it)."""
         if precision in self.gemm_efficiency:
             return self.gemm_efficiency[precision]
-        for fallback in (Precision.BF16, Precision.FP16):
+        fallbacks: tuple[Precision, ...] = (Precision.BF16, Precision.FP16)
+        if precision in BLOCK_SCALED:
+            fallbacks = (Precision.FP8, *fallbacks)
+        for fallback in fallbacks:
             if fallback in self.gemm_efficiency:
                 return self.gemm_efficiency[fallback]
         return next(iter(self.gemm_efficiency.values()))
@@ -136,7 +144,16 @@ class GpuSpec:
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """A homogeneous cluster: ``num_nodes`` nodes of ``gpus_per_node`` GPUs.
+    """A homogeneous cluster: ``num_nodes`` nodes (hosts) of ``gpus_per_node`` GPUs, whose GPUs
+    form NVLink domains of ``nvlink_domain_gpus`` consecutive GPUs.
+
+    The NVLink domain is the set of GPUs one switch fabric joins, which need not be a host: a
+    GB200 NVL72 rack joins 72 GPUs (18 trays of 4) with one NVLink switch fabric, and an H200 NVL
+    server of 8 PCIe cards joins them in 4-GPU NVLink bridges. ``intra_node_*`` describe the link
+    inside a domain, ``inter_node_*`` the one between domains (each GPU's share of the NICs); the
+    field names keep their original node wording. ``nvlink_domain_gpus`` defaults to
+    ``gpus_per_node`` (a domain is a node, as in every DGX/HGX box), and one of the two must divide
+    the other. A cluster need not fill its last domain: ranks fill the domains in order.
 
     Link bandwidths are per GPU, one direction, in bytes/s (the catalog stores decimal GB/s).
     ``*_bus_efficiency`` is the fraction of link bandwidth a NCCL ring collective reaches.
@@ -154,12 +171,21 @@ class ClusterSpec:
     inter_node_bus_efficiency: float = DEFAULT_BUS_EFFICIENCY
     gpu_hour_price_usd: float | None = None
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+    nvlink_domain_gpus: int | None = None  # None: gpus_per_node; set to it after construction
 
     def __post_init__(self) -> None:
-        for name in ("gpus_per_node", "num_nodes"):
+        if self.nvlink_domain_gpus is None:
+            object.__setattr__(self, "nvlink_domain_gpus", self.gpus_per_node)
+        for name in ("gpus_per_node", "num_nodes", "nvlink_domain_gpus"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SpecError(f"cluster.{name}", f"must be a positive integer, got {value!r}")
+        domain, node = self.domain_gpus, self.gpus_per_node
+        if domain % node and node % domain:
+            raise SpecError(
+                "cluster.nvlink_domain_gpus",
+                f"{domain} GPUs per NVLink domain neither divides nor is a multiple of {node} GPUs per node",
+            )
         for name in ("intra_node_bytes_per_s", "inter_node_bytes_per_s"):
             check_in_range(f"cluster.{name}", getattr(self, name), *LINK_BYTES_PER_S_RANGE, "bytes/s")
         for name in ("intra_node_latency_s", "inter_node_latency_s"):
@@ -172,3 +198,8 @@ class ClusterSpec:
     @property
     def num_gpus(self) -> int:
         return self.gpus_per_node * self.num_nodes
+
+    @property
+    def domain_gpus(self) -> int:
+        """GPUs per NVLink domain (``nvlink_domain_gpus``, resolved: never None)."""
+        return int(self.nvlink_domain_gpus or self.gpus_per_node)

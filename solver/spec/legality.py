@@ -160,13 +160,17 @@ def _check_expert_parallel(model: ModelSpec, parallel: ParallelConfig) -> None:
 
 
 def placement_violations(cluster: ClusterSpec, parallel: ParallelConfig, allow_tp_across_nodes: bool) -> list[Violation]:
-    # TP ranks are adjacent (Megatron-LM's layout): a group stays in one node only when tp_size
-    # divides the node's GPU count (tp 6 on 8-GPU nodes puts ranks 6-11 across two nodes).
-    if not allow_tp_across_nodes and cluster.gpus_per_node % parallel.tp_size:
+    # TP ranks are adjacent (Megatron-LM's layout): a group stays in one NVLink domain only when
+    # tp_size divides the domain's GPU count (tp 6 on 8-GPU nodes puts ranks 6-11 across two
+    # nodes). The domain is the node unless the cluster's NVLink fabric spans more (a GB200 NVL72
+    # rack: tp up to 72) or less (H200 NVL cards bridged in fours).
+    domain = cluster.domain_gpus
+    if not allow_tp_across_nodes and domain % parallel.tp_size:
+        where = f"nodes of {domain} GPUs" if domain == cluster.gpus_per_node else f"NVLink domains of {domain} GPUs"
         return [
             Violation(
                 Rule.TP_WITHIN_NODE,
-                f"tp_size {parallel.tp_size} spans nodes of {cluster.gpus_per_node} GPUs (allow_tp_across_nodes is false)",
+                f"tp_size {parallel.tp_size} spans {where} (allow_tp_across_nodes is false)",
             )
         ]
     return []

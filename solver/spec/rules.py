@@ -60,7 +60,7 @@ class Rule(str, Enum):
 _SUMMARIES = {
     Rule.MEMORY: "no configuration fits in GPU memory",
     Rule.DEADLINE: "no plan meets the deadline",
-    Rule.TP_WITHIN_NODE: "tensor parallelism must stay inside a node",
+    Rule.TP_WITHIN_NODE: "tensor parallelism must stay inside a node (its NVLink domain, where that is larger or smaller)",
     Rule.ZERO_WITH_PP: "ZeRO-2/3 cannot be combined with pipeline parallelism",
     Rule.FRAMEWORK_ZERO: "the framework does not offer that ZeRO stage",
     Rule.FRAMEWORK_PP: "the framework has no pipeline parallelism",

@@ -18,6 +18,14 @@ class Precision(str, Enum):
     FP16 = "fp16"
     BF16 = "bf16"
     FP8 = "fp8"  # FP8 GEMMs (Transformer Engine style); weights and grads still kept in 16 bit
+    # Block-scaled GEMMs (Blackwell tensor cores, AMD CDNA4): as FP8, only the linear layers' GEMMs
+    # run in them; weights and gradients stay 16 bit (solver.cost.analytic.QUANTISATION and
+    # solver.cost.compute.bytes_per_element say what each costs). MXFP8: OCP Microscaling spec
+    # 1.0, FP8 E4M3 elements in blocks of 32 sharing one E8M0 (power-of-two) scale. NVFP4: FP4
+    # E2M1 elements in blocks of 16 sharing one FP8 E4M3 scale, under one FP32 per-tensor scale
+    # (NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv 2509.25149).
+    MXFP8 = "mxfp8"
+    NVFP4 = "nvfp4"
 
 
 class OptimizerKind(str, Enum):
