@@ -18,7 +18,7 @@ from solver.cost.analytic import (
     _fp8_cast_s,
     analytic_profile,
 )
-from solver.cost.comm import cp_link, dp_group_layout, inter_node_link, intra_node_link, span_link, tp_link
+from solver.cost.comm import all_to_all_s, cp_link, dp_group_layout, inter_node_link, intra_node_link, span_link, tp_link
 from solver.cost.compute import bytes_per_element, elementwise_time_s
 from solver.cost.evaluate import evaluate
 from solver.cost.profile import ProfileShape
@@ -270,3 +270,15 @@ def test_nvfp4_on_an_h100_is_refused_naming_the_precision():
     with pytest.raises(SpecError) as error:
         evaluate(model, cluster, TrainingSpec(64, 2048, Precision.NVFP4), ParallelConfig(8, 1, 1), 8)
     assert error.value.field == "training.precision" and "nvfp4" in error.value.reason
+
+
+def test_an_expert_parallel_all_to_all_of_64_stays_on_an_nvl72_racks_nvlink():
+    """EP's all-to-all (solver.cost.comm.all_to_all_s) splits its bytes between the NVLink domain
+    and the NICs: on an NVL72 rack 64 ranks exchange over NVLink only; on HGX B200 7 of 63 peers
+    are in the node and the rest go through each GPU's NIC."""
+    nvl72, hgx = catalog.get_cluster("gb200-nvl72-x8"), catalog.get_cluster("hgx-b200-x128")
+    message = 64e6
+    nvlink = intra_node_link(nvl72)
+    assert all_to_all_s(nvl72, message, 64, 1) == pytest.approx(message * 63 / 64 / nvlink.bytes_per_s + nvlink.latency_s)
+    network = inter_node_link(hgx)
+    assert all_to_all_s(hgx, message, 64, 1) == pytest.approx(message * 56 / 64 / network.bytes_per_s + network.latency_s)

@@ -109,13 +109,16 @@ def all_to_all_s(cluster: ClusterSpec, message_bytes: float, ep_size: int, tp_si
     other NICs: each rank's bytes for another node leave through that GPU's own share of the
     NICs (``inter_node_bytes_per_s`` is per GPU), while its bytes for ranks in its own node go
     over NVLink at the same time. The slower of the two sets the time, plus one latency of the
-    link it crosses (NCCL posts every send and receive of the exchange at once)."""
+    link it crosses (NCCL posts every send and receive of the exchange at once). "Node" here is
+    the NVLink domain (``ClusterSpec.nvlink_domain_gpus``): on a GB200 NVL72 rack an ep group of
+    up to 72 ranks exchanges over NVLink alone."""
     if ep_size <= 1 or message_bytes <= 0:
         return 0.0
-    if tp_size >= cluster.gpus_per_node:
+    domain = cluster.domain_gpus
+    if tp_size >= domain:
         in_node = 1
     else:
-        in_node = min(ep_size, cluster.gpus_per_node // tp_size)  # this rank and its peers on the node
+        in_node = min(ep_size, domain // tp_size)  # this rank and its peers in its NVLink domain
     intra, inter = intra_node_link(cluster), inter_node_link(cluster)
     intra_s = message_bytes * (in_node - 1) / ep_size / intra.bytes_per_s
     inter_s = message_bytes * (ep_size - in_node) / ep_size / inter.bytes_per_s
