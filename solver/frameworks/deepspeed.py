@@ -90,6 +90,15 @@ def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, TrainingSpec, tupl
             " replicas, each holding whole sequences (activations cp_size times larger)",
         )
         out += folded
+    if parallel.ep_size > 1:
+        # DeepSpeed-MoE takes its expert-parallel size in the model code
+        # (deepspeed.moe.layer.MoE(ep_size=...)), not in a launch flag or ds_config.json.
+        out.append(differs(
+            "parallel.ep_size", parallel.ep_size, 1,
+            "DeepSpeed sets expert parallelism in the model code (deepspeed.moe.layer.MoE(ep_size=...)), which this"
+            " launch config does not write: every GPU holds all experts (more memory, no all-to-all)",
+        ))
+        parallel = replace(parallel, ep_size=1)
     pp = parallel.pp_size
     if parallel.zero_stage >= ZeroStage.OS_G and pp > 1:
         out.append(differs(

@@ -35,7 +35,7 @@ from solver.frameworks.export import (
     recompute_form,
     render_shell,
 )
-from solver.spec.model import Architecture, MlpActivation, PositionEmbedding
+from solver.spec.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding, Router
 from solver.spec.parallel import ParallelConfig
 from solver.spec.rules import Rule, Violation
 from solver.spec.training import Precision, ZeroStage
@@ -118,6 +118,10 @@ def arguments(plan: PlanToExport, parallel: ParallelConfig) -> list[Argument]:
     if parallel.cp_size > 1:
         # Ring attention through Transformer Engine (cp_comm_type p2p, megatron-core's default).
         args.append(("--context-parallel-size", str(parallel.cp_size)))
+    if parallel.ep_size > 1:
+        # Expert parallelism carved from the data-parallel ranks; megatron-core's expert tensor
+        # parallel size defaults to tp, as the cost model assumes.
+        args.append(("--expert-model-parallel-size", str(parallel.ep_size)))
     layers = plan.chunk_layers(parallel)
     if pp > 1 and len(set(layers)) > 1:
         args.append(("--pipeline-model-parallel-layout", pipeline_layout(layers)))
@@ -175,6 +179,41 @@ def model_arguments(plan: PlanToExport) -> list[Argument]:
         args += [("--swiglu", None), ("--normalization", "RMSNorm"), ("--disable-bias-linear", None)]
     if not model.tied_embeddings:
         args.append(("--untie-embeddings-and-output-weights", None))
+    return args + moe_arguments(model)
+
+
+def moe_layer_pattern(model: ModelSpec) -> list[int]:
+    """Which layers have experts (1) and which a dense MLP (0): megatron-core's ``moe_layer_freq``
+    as a list."""
+    return [int(model.is_moe_layer(i)) for i in range(model.num_layers)]
+
+
+def moe_arguments(model: ModelSpec) -> list[Argument]:
+    """Mixture of experts and multi-head latent attention as Megatron-LM names them (none for a
+    dense model with standard attention). Tokens go through the all-to-all dispatcher the cost
+    model costs, dropless (no capacity factor: the cost model's load factor is the imbalance of
+    a dropless router, not a cap), experts as one grouped GEMM."""
+    args: list[Argument] = []
+    if model.is_moe:
+        args += [
+            ("--num-experts", str(model.num_experts)),
+            ("--moe-router-topk", str(model.experts_per_token)),
+            ("--moe-ffn-hidden-size", str(model.moe_ffn_hidden_size)),
+            ("--moe-token-dispatcher-type", "alltoall"),
+            ("--moe-grouped-gemm", None),
+        ]
+        if model.num_shared_experts:
+            args.append(("--moe-shared-expert-intermediate-size", str(model.num_shared_experts * model.moe_ffn_hidden_size)))
+        if model.num_moe_layers < model.num_layers:
+            args.append(("--moe-layer-freq", "[" + ",".join(map(str, moe_layer_pattern(model))) + "]"))
+        if model.router is Router.SIGMOID_TOPK:
+            args.append(("--moe-router-score-function", "sigmoid"))
+    if model.is_mla:
+        args += [("--multi-latent-attention", None), ("--kv-lora-rank", str(model.kv_lora_rank)),
+                 ("--qk-head-dim", str(model.qk_head_dim)), ("--qk-pos-emb-head-dim", str(model.qk_rope_head_dim)),
+                 ("--v-head-dim", str(model.v_head_dim))]
+        if model.q_lora_rank:
+            args.append(("--q-lora-rank", str(model.q_lora_rank)))
     return args
 
 
@@ -192,6 +231,7 @@ def export(plan: PlanToExport) -> Export:
         f"Megatron-LM launch for {plan.model.name} on {plan.num_gpus} GPUs ({plan.num_nodes} node(s) x {plan.processes_per_node}):"
         f" dp {parallel.dp_size} x tp {parallel.tp_size} x pp {parallel.pp_size}"
         + (f" x cp {parallel.cp_size}" if parallel.cp_size > 1 else "")
+        + (f" (ep {parallel.ep_size})" if parallel.ep_size > 1 else "")
         + f", {plan.num_micro_batches} micro-batches per step.",
         "exact: the plan as planned." if not differences else "NOT exact: the nearest configuration Megatron runs; see the differences.",
         "Run on every node with NODE_RANK, MASTER_ADDR and MASTER_PORT set; add data, tokenizer, optimizer",

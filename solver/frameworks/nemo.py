@@ -110,6 +110,14 @@ def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[st
     }
     if parallel.cp_size > 1:
         out["context_parallel_size"] = parallel.cp_size  # megatron-core's ring attention
+    if parallel.ep_size > 1:
+        out["expert_model_parallel_size"] = parallel.ep_size  # expert tensor parallel = tp, megatron-core's default
+    if model.is_moe:
+        out.update(
+            num_moe_experts=model.num_experts, moe_router_topk=model.experts_per_token,
+            moe_ffn_hidden_size=model.moe_ffn_hidden_size, moe_token_dispatcher_type="alltoall", moe_grouped_gemm=True,
+            moe_shared_expert_intermediate_size=model.num_shared_experts * model.moe_ffn_hidden_size or None,
+        )
     split = first_last_split(plan.chunk_layers(parallel)) if parallel.pp_size > 1 else None
     if split is not None:
         first, last = split

@@ -53,12 +53,19 @@ def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, TrainingSpec, tupl
     # With context parallelism torchtitan always shards with FSDP2 over dp_shard x cp
     # (ParallelDims.fsdp_enabled is dp_shard > 1 or cp > 1): no replicated-only run.
     context_parallel = parallel.cp_size > 1
-    replicated = parallel.zero_stage == ZeroStage.NONE and parallel.dp_cp_size > 1 and (not replicated_only or context_parallel)
+    # Expert parallelism borrows its ranks from the FSDP (dp_shard x cp) ranks, never from
+    # replicated ones (ParallelDims: efsdp = dp_shard x cp x tp / (etp x ep)).
+    expert_parallel = parallel.ep_size > 1
+    replicated = parallel.zero_stage == ZeroStage.NONE and parallel.dp_cp_size > 1 and (
+        not replicated_only or context_parallel or expert_parallel
+    )
     if parallel.zero_stage == ZeroStage.OS or replicated:
         if parallel.zero_stage == ZeroStage.OS:
             why = "torchtitan has no optimizer-state-only sharding"
         elif context_parallel:
             why = "torchtitan shards with FSDP2 over its data- and context-parallel ranks whenever cp_size > 1"
+        elif expert_parallel:
+            why = "torchtitan's expert-parallel ranks are carved from its FSDP2 (data_parallel_shard) ranks"
         else:
             why = "torchtitan replicates (DDP) only without tensor or pipeline parallelism"
         out.append(differs(
@@ -131,6 +138,10 @@ def job_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingS
             "pipeline_parallel_degree": pp,
             # Its FSDP mesh is dp_shard x cp: ZeRO shards over both, as the cost model assumes.
             "context_parallel_degree": parallel.cp_size,
+            # EP borrows from dp_shard x cp when the experts' TP degree is tp (torchtitan's
+            # ParallelDims), which is the layout the cost model assumes.
+            "expert_parallel_degree": parallel.ep_size,
+            "expert_tensor_parallel_degree": parallel.tp_size,
         },
         "activation_checkpoint": {"mode": "full" if recompute_form(plan, parallel) is RecomputeForm.FULL_ALL else "none"},
         # torch.compile fuses the element-wise work around the GEMMs (the plan's fused kernels).
