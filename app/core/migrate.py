@@ -2,33 +2,13 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
-
-class MigrationsNotFound(RuntimeError):
-    """The migrations folder is not where the service looks for it."""
-
-
-def migrations_dir(env: dict[str, str] | None = None) -> Path:
-    """``PARTITURA_MIGRATIONS_DIR``, else ``migrations/`` beside the ``app`` package (a checkout),
-    else ``./migrations`` (the Docker image's working directory)."""
-    env = dict(os.environ) if env is None else env
-    candidates = []
-    if env.get("PARTITURA_MIGRATIONS_DIR"):
-        candidates.append(Path(env["PARTITURA_MIGRATIONS_DIR"]))
-    candidates.append(Path(__file__).resolve().parents[2] / "migrations")
-    candidates.append(Path.cwd() / "migrations")
-    for candidate in candidates:
-        if (candidate / "env.py").is_file():
-            return candidate
-    raise MigrationsNotFound(f"no migrations folder among {', '.join(map(str, candidates))}")
+from app.core.migration_files import migrations_dir
 
 
 def alembic_config(database_url: str) -> Config:
