@@ -100,3 +100,22 @@ def test_op_policy_is_cheaper_in_memory_and_dearer_in_time_than_none():
     assert step[Recompute.NONE] < step[Recompute.SELECTIVE] < step[Recompute.FULL]
     assert act[Recompute.FULL] < act[Recompute.SELECTIVE] < act[Recompute.NONE]
     assert dataclasses.replace(training, selective_recompute=SelectiveRecompute.ATTENTION) != training
+
+
+def test_megatron_bf16_keeps_fp32_main_grads():
+    """Megatron-LM's distributed optimizer with bf16 parameters and fp32 gradients holds
+    6 + 12/d bytes per parameter (docs/source/distrib_optimizer.md): 2 (bf16 weights) + 4 (fp32
+    main_grad) + 12/d (fp32 main weights, Adam's two moments). With fp16 the gradients stay 16 bit,
+    and an FSDP stack (fp32 sharded parameters as the master copy) adds up to the ZeRO paper's 16."""
+    from solver.cost.stage import state_bytes_per_parameter
+    from solver.spec.training import GradReduce
+
+    parallel = ParallelConfig(dp_size=8, zero_stage=ZeroStage.OS)
+    megatron = TrainingSpec(global_batch_size=8, seq_length=2048, precision="bf16", grad_reduce=GradReduce.FP32_FOR_BF16)
+    assert state_bytes_per_parameter(parallel, megatron) == pytest.approx(6 + 12 / 8)
+    fp16 = dataclasses.replace(megatron, precision="fp16")
+    assert state_bytes_per_parameter(parallel, fp16) == pytest.approx(4 + 12 / 8)
+    fsdp = TrainingSpec(global_batch_size=8, seq_length=2048, grad_reduce=GradReduce.FP32)
+    sharded = ParallelConfig(dp_size=8, zero_stage=ZeroStage.OS_G_P)
+    assert state_bytes_per_parameter(sharded, fsdp) == pytest.approx(16 / 8)
+    assert catalog.get_stack_facts("megatron-lm-2024")["grad_reduce"] == "fp32_for_bf16"

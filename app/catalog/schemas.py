@@ -366,6 +366,9 @@ class StackFacts(BaseModel):
     selective_recompute: Literal["attention", "op"] = Field(
         description="what selective recomputation keeps: attention (recompute the attention core, Megatron) or op (torchtitan's per-op policy)"
     )
+    grad_reduce: Literal["half", "fp32", "fp32_for_bf16"] = Field(
+        description="dtype of the gradients held and reduced over data parallelism (fp32_for_bf16: fp32 when parameters are bf16)"
+    )
 
 
 class StackFactSources(BaseModel):
@@ -382,6 +385,7 @@ class StackFactSources(BaseModel):
     overlap_p2p_comm: str
     host_s_per_layer: str
     selective_recompute: str
+    grad_reduce: str
 
 
 class StackEntry(BaseModel):

@@ -63,6 +63,10 @@ class Training(BaseModel):
             "(torchtitan: keep every other matmul's output and the attention kernel's); null: the stack's"
         ),
     )
+    grad_reduce: Literal["half", "fp32", "fp32_for_bf16"] | None = Field(
+        None,
+        description="dtype of the gradients held and reduced over data parallelism (fp32_for_bf16: fp32 when parameters are bf16); null: the stack's",
+    )
 
 
 Parallel = create_model(

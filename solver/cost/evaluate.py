@@ -96,7 +96,7 @@ def evaluate(
 
     m = micro_batch_count(training.global_batch_size, parallel.dp_size, parallel.micro_batch_size)
     chunks = stage_chunks(model, parallel)
-    stage_policy = StagePolicy.of(cluster.gpu, parallel, training.optimizer, m)
+    stage_policy = StagePolicy.of(cluster.gpu, parallel, training, m)
     costs = stage_costs(prof, chunks, parallel, stage_policy)
     tails = [
         _tail(cost, cluster, training, parallel, stage_policy, policy, zero3_collectives_per_pass(model, training, parallel, stage, layers))

@@ -43,17 +43,22 @@ def pipelined_sharding(zero_stage: ZeroStage, pp_size: int) -> bool:
 
 
 def model_state_bytes(
-    parameter_count: float, zero_stage: ZeroStage, dp_size: int, optimizer: OptimizerKind, pp_size: int = 1
+    parameter_count: float, zero_stage: ZeroStage, dp_size: int, optimizer: OptimizerKind, pp_size: int = 1,
+    grad_bytes_per_param: int = GRAD_BYTES_PER_PARAM,
 ) -> dict[str, float]:
     """Weights, gradients and optimizer states of ``parameter_count`` parameters on one GPU.
 
     ZeRO paper Sec 5.1: baseline (4 + K)*Psi; P_os 4*Psi + K*Psi/N_d; P_os+g 2*Psi + (2 + K)*Psi/N_d;
     P_os+g+p (4 + K)*Psi/N_d. Under a pipeline, ZeRO-2/3 holds weights and fp32 gradients
-    unsharded (``pipelined_sharding``).
+    unsharded (``pipelined_sharding``). Gradients take ``grad_bytes_per_param`` (the ZeRO paper's
+    2, 16 bit; 4 where the stack keeps them in fp32: Megatron-LM's ``main_grad`` buffer for bf16,
+    whose distributed optimizer then holds 6 + 12/d bytes per parameter, Megatron-LM
+    docs/source/distrib_optimizer.md; FSDP's fp32 reduce dtype, whose sharded gradients are fp32;
+    ``solver.spec.training.GradReduce``).
     """
     k = OPTIMIZER_BYTES_PER_PARAM[optimizer]
     weights = WEIGHT_BYTES_PER_PARAM * parameter_count
-    gradients = GRAD_BYTES_PER_PARAM * parameter_count
+    gradients = grad_bytes_per_param * parameter_count
     states = k * parameter_count
     if zero_stage >= ZeroStage.OS:
         states /= dp_size

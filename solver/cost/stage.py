@@ -22,6 +22,7 @@ from typing import Any
 from solver.cost.compute import elementwise_time_s
 from solver.cost.memory import (
     GRAD_ACCUMULATION_BYTES_PER_PARAM,
+    GRAD_BYTES_PER_PARAM,
     WEIGHT_BYTES_PER_PARAM,
     ZERO3_PREFETCHED_LAYERS,
     model_state_bytes,
@@ -84,13 +85,14 @@ class StagePolicy:
     base_recompute: Recompute  # what layers not fully recomputed do: NONE or SELECTIVE
     pp_size: int = 1  # under a pipeline ZeRO-2/3 keeps weights and gradients unsharded (memory.pipelined_sharding)
     ep_size: int = 1  # routed experts' states shard over dp_size / ep_size ranks (ParallelConfig.expert_dp_size)
+    grad_bytes_per_param: int = GRAD_BYTES_PER_PARAM  # the stack's gradient dtype (TrainingSpec.grad_bytes_per_param)
 
     @staticmethod
-    def of(gpu: GpuSpec, parallel: ParallelConfig, optimizer: OptimizerKind, num_micro_batches: int) -> "StagePolicy":
+    def of(gpu: GpuSpec, parallel: ParallelConfig, training: TrainingSpec, num_micro_batches: int) -> "StagePolicy":
         return StagePolicy(
-            gpu, parallel.zero_stage, parallel.dp_cp_size, optimizer, num_micro_batches,
+            gpu, parallel.zero_stage, parallel.dp_cp_size, training.optimizer, num_micro_batches,
             Recompute.SELECTIVE if parallel.recompute is Recompute.SELECTIVE else Recompute.NONE,
-            parallel.pp_size, parallel.ep_size,
+            parallel.pp_size, parallel.ep_size, training.grad_bytes_per_param,
         )
 
     @property
@@ -183,13 +185,17 @@ def activation_bytes(in_flight: Any, kept_bytes: Any, working_bytes: Any) -> Any
 def state_bytes_per_parameter(parallel: ParallelConfig, training: TrainingSpec) -> float:
     """Bytes of model state per parameter on one GPU (weights + gradients + optimizer states),
     ZeRO sharding over the dp x cp ranks that hold the same parameters."""
-    return sum(model_state_bytes(1.0, parallel.zero_stage, parallel.dp_cp_size, training.optimizer, parallel.pp_size).values())
+    return sum(
+        model_state_bytes(1.0, parallel.zero_stage, parallel.dp_cp_size, training.optimizer, parallel.pp_size, training.grad_bytes_per_param).values()
+    )
 
 
 def expert_state_bytes_per_parameter(parallel: ParallelConfig, training: TrainingSpec) -> float:
     """``state_bytes_per_parameter`` for a routed expert's parameter: ZeRO shards it over the
     dp x cp / ep ranks that hold the same experts (``ParallelConfig.expert_dp_size``)."""
-    return sum(model_state_bytes(1.0, parallel.zero_stage, parallel.expert_dp_size, training.optimizer, parallel.pp_size).values())
+    return sum(
+        model_state_bytes(1.0, parallel.zero_stage, parallel.expert_dp_size, training.optimizer, parallel.pp_size, training.grad_bytes_per_param).values()
+    )
 
 
 def stage_state_bytes(parameter_count: float, expert_parameter_count: float, policy: StagePolicy) -> dict[str, float]:
@@ -197,9 +203,12 @@ def stage_state_bytes(parameter_count: float, expert_parameter_count: float, pol
     GPU: the routed experts' ``expert_parameter_count`` of them sharded over the expert-data-parallel
     ranks (Megatron-core's distributed optimizer shards expert parameters over its expert
     data-parallel group), the rest over dp x cp."""
-    states = model_state_bytes(parameter_count - expert_parameter_count, policy.zero_stage, policy.dp_size, policy.optimizer, policy.pp_size)
+    grad_bytes = policy.grad_bytes_per_param
+    states = model_state_bytes(
+        parameter_count - expert_parameter_count, policy.zero_stage, policy.dp_size, policy.optimizer, policy.pp_size, grad_bytes
+    )
     if expert_parameter_count:
-        experts = model_state_bytes(expert_parameter_count, policy.zero_stage, policy.expert_dp_size, policy.optimizer, policy.pp_size)
+        experts = model_state_bytes(expert_parameter_count, policy.zero_stage, policy.expert_dp_size, policy.optimizer, policy.pp_size, grad_bytes)
         states = {key: states[key] + experts[key] for key in states}
     return states
 

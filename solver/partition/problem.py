@@ -205,7 +205,7 @@ def partition_problem(
     ZeRO-3 gather buffers, and the reserve (affine in what is allocated)."""
     pp, v, dp = parallel.pp_size, parallel.virtual_stages, parallel.dp_cp_size  # ZeRO shards over dp x cp
     gpu = gpu_spec
-    policy = StagePolicy.of(gpu, parallel, training.optimizer, num_micro_batches)
+    policy = StagePolicy.of(gpu, parallel, training, num_micro_batches)
     embedding, head = profile.embedding, profile.head
     state_per_param = state_bytes_per_parameter(parallel, training)
     in_flight = tuple(in_flight_micro_batches(stage, pp, v, num_micro_batches) for stage in range(pp))
