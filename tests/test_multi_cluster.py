@@ -66,6 +66,8 @@ def test_chooses_among_clusters_and_compares_them(api, objective):
     again = api.post("/v1/plans", json=multi_body(objective=objective))
     assert again.status_code == 200 and again.json()["id"] == plan["id"]
     assert api.get(f"/v1/plans/{plan['id']}").json()["cluster_comparison"] == comparison
+    page = api.get(f"/plans/{plan['id']}")
+    assert page.status_code == 200 and " or ".join(CLUSTERS) in page.text
 
 
 def test_a_request_price_applies_to_every_cluster(api):

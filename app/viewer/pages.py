@@ -71,6 +71,8 @@ def time_words(seconds: float | None) -> str:
 
 
 def _name(entry: object) -> str:
+    if isinstance(entry, list):  # a plan request naming several clusters (cluster_comparison)
+        return " or ".join(_name(item) for item in entry)
     return entry if isinstance(entry, str) else getattr(entry, "name", "inline")
 
 
