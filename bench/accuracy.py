@@ -196,11 +196,12 @@ def _candidates(record: dict, settings: dict, model: ModelSpec, global_batch: in
 
 
 def _layout_candidates(par: dict, settings: dict, model: ModelSpec, global_batch: int, gpus: int, tp: int, pp: int):
-    dp = par.get("dp") or gpus // (tp * pp)
+    cp = par.get("cp") or 1
+    dp = par.get("dp") or gpus // (tp * pp * cp)
     per_replica = global_batch // dp
     micro = [par["micro_batch"]] if par.get("micro_batch") else [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if per_replica % b == 0]
-    if settings.get("virtual_stages"):
-        virtual = [settings["virtual_stages"]]
+    if settings.get("virtual_stages") or par.get("virtual_pipeline"):
+        virtual = [settings.get("virtual_stages") or par["virtual_pipeline"]]
     elif par.get("interleave") and pp > 1:
         virtual = [v for v in range(1, model.num_layers // pp + 1) if model.num_layers % (pp * v) == 0][:8]
     else:
@@ -213,7 +214,7 @@ def _layout_candidates(par: dict, settings: dict, model: ModelSpec, global_batch
     zero = par.get("zero_stage")
     zero = ZeroStage(zero if zero is not None else settings.get("zero_stage", 0))
     for mb, v, rc, seq_par in itertools.product(micro, virtual, recompute, sp):
-        yield ParallelConfig(dp, tp, pp, zero, mb, rc, v, seq_par)
+        yield ParallelConfig(dp, tp, pp, zero, mb, rc, v, seq_par, cp_size=cp)
 
 
 def record_settings(record: dict, inputs: dict) -> dict:
@@ -252,8 +253,6 @@ def not_expressible(record: dict, settings: dict) -> str:
         if measured.get("time_to_train_min") is not None:
             return "only a time to train (the samples needed to reach the target are not in the record)"
         return "no per-run throughput metric"
-    if (par.get("cp") or 1) > 1:
-        return f"context parallelism (cp {par['cp']}) is not a planner dimension"
     if not has_catalog_model:
         missing = [field for field in ("heads", "vocab", "seq_len") if shape.get(field) is None]
         if missing:
