@@ -151,10 +151,10 @@ def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, TrainingSpec, tupl
             " fully needs no more memory, and more time",
         ))
         parallel = all_full(parallel)
-    if training.precision is Precision.FP8:
+    if training.precision in (Precision.FP8, Precision.MXFP8, Precision.NVFP4):
         out.append(differs(
-            "training.precision", "fp8", "bf16",
-            "DeepSpeed and Megatron-DeepSpeed have no FP8 GEMM setting; bf16 GEMMs take longer",
+            "training.precision", training.precision.value, "bf16",
+            f"DeepSpeed and Megatron-DeepSpeed have no {training.precision.value} GEMM setting; bf16 GEMMs take longer",
         ))
         training = replace(training, precision=Precision.BF16)
     return parallel, training, tuple(out)

@@ -156,6 +156,12 @@ def precision_arguments(precision: Precision) -> list[Argument]:
     if precision is Precision.FP8:
         # FP8 GEMMs through Transformer Engine; weights, gradients and the rest stay bf16.
         return [("--bf16", None), ("--fp8-format", "hybrid"), ("--transformer-impl", "transformer_engine")]
+    if precision is Precision.MXFP8:
+        # Transformer Engine's MXFP8 block scaling (megatron-core fp8_recipe 'mxfp8', Blackwell only).
+        return [("--bf16", None), ("--fp8-format", "hybrid"), ("--fp8-recipe", "mxfp8"), ("--transformer-impl", "transformer_engine")]
+    if precision is Precision.NVFP4:
+        # Transformer Engine's NVFP4BlockScaling (Megatron-LM --fp4-format e2m1 --fp4-recipe nvfp4).
+        return [("--bf16", None), ("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4"), ("--transformer-impl", "transformer_engine")]
     return [("--bf16", None)]
 
 

@@ -135,6 +135,11 @@ def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[st
     })
     if training.precision is Precision.FP8:
         out.update({"transformer_engine": True, "fp8": True, "fp8_hybrid": True})
+    if training.precision is Precision.MXFP8:
+        # NeMo hands TransformerConfig fields (fp8_recipe) to megatron-core as they are.
+        out.update({"transformer_engine": True, "fp8": True, "fp8_hybrid": True, "fp8_recipe": "mxfp8"})
+    if training.precision is Precision.NVFP4:
+        out.update({"transformer_engine": True, "fp4": "e2m1", "fp4_recipe": "nvfp4"})
     out.update({
         "use_flash_attention": training.flash_attention,
         "bias_activation_fusion": training.fused_kernels,

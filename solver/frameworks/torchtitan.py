@@ -96,6 +96,12 @@ def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, TrainingSpec, tupl
             "training.precision", "fp16", "bf16", "torchtitan's mixed precision runs parameters in bfloat16 or float32 only",
         ))
         training = replace(training, precision=Precision.BF16)
+    if training.precision is Precision.NVFP4:
+        out.append(differs(
+            "training.precision", "nvfp4", "mxfp8",
+            "torchtitan's quantized linears (torchao) run MXFP8, not NVFP4; MXFP8 GEMMs run at half NVFP4's peak",
+        ))
+        training = replace(training, precision=Precision.MXFP8)
     return parallel, training, tuple(out)
 
 
@@ -119,6 +125,8 @@ def job_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingS
     model: dict[str, TomlValue] = {"name": "llama3" if llama_style else "custom", "flavor": plan.model.name}
     if training.precision is Precision.FP8:
         model["converters"] = ["quantize.linear.float8"]
+    if training.precision is Precision.MXFP8:
+        model["converters"] = ["quantize.linear.mx"]
     job: dict[str, dict[str, TomlValue]] = {
         "job": {"description": f"{plan.model.name} on {plan.num_gpus} GPUs (Partitura plan)"},
         "model": model,
@@ -156,6 +164,9 @@ def job_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingS
     if training.precision is Precision.FP8:
         # FP8 GEMMs; weights are gathered in 16 bit, as the cost model counts them.
         job["quantize.linear.float8"] = {"recipe_name": "tensorwise"}
+    if training.precision is Precision.MXFP8:
+        # torchao's MXFP8 linears through cuBLAS's block-scaled GEMMs (torchtitan MXLinear's default).
+        job["quantize.linear.mx"] = {"recipe_name": "mxfp8_cublas"}
     return job
 
 
