@@ -200,10 +200,14 @@ def _layout_candidates(par: dict, settings: dict, model: ModelSpec, global_batch
     dp = par.get("dp") or gpus // (tp * pp * cp)
     per_replica = global_batch // dp
     micro = [par["micro_batch"]] if par.get("micro_batch") else [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if per_replica % b == 0]
+    # "first_last_one_fewer": the uniform split of num_layers + 2 layers with one layer taken off
+    # the first and the last model chunk (Llama 3, Sec 3.3.2: 126 layers on 16 stages).
+    trimmed = settings.get("stage_layout") == "first_last_one_fewer"
+    chunked_layers = model.num_layers + 2 if trimmed else model.num_layers
     if settings.get("virtual_stages") or par.get("virtual_pipeline"):
         virtual = [settings.get("virtual_stages") or par["virtual_pipeline"]]
     elif par.get("interleave") and pp > 1:
-        virtual = [v for v in range(1, model.num_layers // pp + 1) if model.num_layers % (pp * v) == 0][:8]
+        virtual = [v for v in range(1, chunked_layers // pp + 1) if chunked_layers % (pp * v) == 0][:8]
     else:
         virtual = [1]
     known = par.get("recompute")
@@ -214,7 +218,11 @@ def _layout_candidates(par: dict, settings: dict, model: ModelSpec, global_batch
     zero = par.get("zero_stage")
     zero = ZeroStage(zero if zero is not None else settings.get("zero_stage", 0))
     for mb, v, rc, seq_par in itertools.product(micro, virtual, recompute, sp):
-        yield ParallelConfig(dp, tp, pp, zero, mb, rc, v, seq_par, cp_size=cp)
+        layout = None
+        if trimmed:
+            per_chunk = chunked_layers // (pp * v)
+            layout = (per_chunk - 1,) + (per_chunk,) * (pp * v - 2) + (per_chunk - 1,)
+        yield ParallelConfig(dp, tp, pp, zero, mb, rc, v, seq_par, layout, cp_size=cp)
 
 
 def record_settings(record: dict, inputs: dict) -> dict:
@@ -233,7 +241,7 @@ def training_for(record: dict, settings: dict, model: ModelSpec, padded: bool = 
     stack = catalog.get_stack_facts(settings["stack"]) if settings.get("stack") else {}
     facts = {**stack, **{name: settings[name] for name in STACK_FACTS if name in settings}}
     return TrainingSpec(
-        global_batch_size=record["parallel"].get("global_batch") or settings["global_batch_per_gpu"] * gpus,
+        global_batch_size=record["parallel"].get("global_batch") or settings.get("global_batch") or settings["global_batch_per_gpu"] * gpus,
         seq_length=(settings.get("mean_padded_seq_length") or full_length) if padded else full_length,
         precision=settings.get("precision", "bf16"),
         optimizer=settings.get("optimizer", "adam"),
@@ -257,7 +265,7 @@ def not_expressible(record: dict, settings: dict) -> str:
         missing = [field for field in ("heads", "vocab", "seq_len") if shape.get(field) is None]
         if missing:
             return f"the record leaves the model's {', '.join(missing)} out and no catalog model is named"
-    if not par.get("global_batch") and not settings.get("global_batch_per_gpu"):
+    if not par.get("global_batch") and not settings.get("global_batch") and not settings.get("global_batch_per_gpu"):
         return "global batch not stated"
     if par.get("dp") is None and (par.get("tp") is None or par.get("pp") is None):
         return "parallel layout not stated"
