@@ -71,25 +71,31 @@ def scalar(engine: Engine, sql: str, **params: object) -> object:
         return connection.execute(text(sql), params).scalar()
 
 
-def registered_workers(engine: Engine) -> int:
-    return int(scalar(engine, "SELECT count(*) FROM procrastinate.procrastinate_workers") or 0)
+def last_worker_id(engine: Engine) -> int:
+    """The newest registered worker's id; workers started later get larger ones (a count would
+    not do: a starting worker prunes the dead ones)."""
+    return int(scalar(engine, "SELECT coalesce(max(id), 0) FROM procrastinate.procrastinate_workers") or 0)
+
+
+def registered_since(engine: Engine, after_id: int) -> int:
+    return int(scalar(engine, "SELECT count(*) FROM procrastinate.procrastinate_workers WHERE id > :after", after=after_id) or 0)
 
 
 @contextmanager
 def workers(url: str, engine: Engine, count: int, log_dir: Path) -> Iterator[list[subprocess.Popen]]:
     """``count`` ``partitura worker`` processes (one point at a time each), each in its own
     process group, registered with the queue before this yields; stopped afterwards."""
-    before = registered_workers(engine)
+    before = last_worker_id(engine)
     env = {**os.environ, "DATABASE_URL": url, "PARTITURA_SOLVER_WORKERS": "1"}
     processes = []
     try:
         for index in range(count):
-            log = (log_dir / f"worker-{before + index}.log").open("w")
+            log = (log_dir / f"worker-{before}-{index}.log").open("w")
             processes.append(subprocess.Popen(
                 [sys.executable, "-m", "app.cli", "worker", "--concurrency", "1", "--heartbeat-s", str(HEARTBEAT_S)],
                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             ))
-        wait_until(lambda: registered_workers(engine) >= before + count, f"{count} workers", WORKER_START_TIMEOUT_S, 0.1)
+        wait_until(lambda: registered_since(engine, before) >= count, f"{count} workers", WORKER_START_TIMEOUT_S, 0.1)
         yield processes
     finally:
         for process in processes:

@@ -49,7 +49,9 @@ def point_lock(job_id: str, position: int) -> str:
 
 def deferring_app(database_url: str) -> procrastinate.App:
     """A procrastinate app for the API process, which only defers (synchronously)."""
-    return procrastinate.App(connector=procrastinate.SyncPsycopgConnector(conninfo=conninfo(database_url), **connector_options()))
+    # One connection kept open per API process: a replica defers a job's points in one burst.
+    connector = procrastinate.SyncPsycopgConnector(conninfo=conninfo(database_url), min_size=1, max_size=4, **connector_options())
+    return procrastinate.App(connector=connector)
 
 
 def worker_app(database_url: str, runtime: Runtime) -> procrastinate.App:
