@@ -23,7 +23,6 @@ Sources:
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -339,9 +338,11 @@ def _layer_profile(
 
 
 def _renamed(layer: LayerProfile, name: str) -> LayerProfile:
-    """``layer`` under another name: a shallow copy (``dataclasses.replace`` re-runs the
-    constructor, which a search asking for thousands of 61-layer profiles notices)."""
-    renamed = copy.copy(layer)
+    """``layer`` under another name: its fields copied into a new instance (``dataclasses.replace``
+    re-runs the constructor and ``copy.copy`` the pickle protocol, which a search asking for
+    thousands of 61-layer profiles notices)."""
+    renamed = object.__new__(LayerProfile)
+    renamed.__dict__.update(layer.__dict__)
     object.__setattr__(renamed, "name", name)
     return renamed
 

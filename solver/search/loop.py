@@ -225,12 +225,16 @@ def search_counts(
     a range of GPU counts stops as soon as no remaining count can beat the k-th plan."""
     held: list[_Held] = []  # ascending by key, at most top_k
     seen: set[ParallelConfig] = set()
-    ordered = sorted(counts, key=lambda n: (_objective_value(request, count_step_lower_bound_s(run, n), n), n))
+    if len(counts) > 1:
+        ordered = sorted(counts, key=lambda n: (_objective_value(request, count_step_lower_bound_s(run, n), n), n))
+    else:
+        ordered = list(counts)  # one count: nothing to order, and nothing held yet to prune it by
     for position, num_gpus in enumerate(ordered):
-        count_bound = _objective_value(request, count_step_lower_bound_s(run, num_gpus), num_gpus)
-        if count_bound > ceiling or (len(held) >= top_k and count_bound >= held[-1].key[0]):
-            run.stats.configurations_pruned += len(ordered) - position  # whole GPU counts
-            break
+        if len(ordered) > 1 or ceiling < float("inf"):
+            count_bound = _objective_value(request, count_step_lower_bound_s(run, num_gpus), num_gpus)
+            if count_bound > ceiling or (len(held) >= top_k and count_bound >= held[-1].key[0]):
+                run.stats.configurations_pruned += len(ordered) - position  # whole GPU counts
+                break
         _search_count(run, request, num_gpus, top_k, accept, ceiling, held, seen)
     return held
 
