@@ -236,3 +236,20 @@ def test_a_job_belongs_to_its_token(tmp_path):
             for client in clients:
                 client.close()
             server.stop()
+
+
+def test_the_openapi_document_describes_jobs(sqlite_server):
+    document = sqlite_server.get("/openapi.json").json()
+    for path, operation_id in (("/v1/sweeps", "create_sweep"), ("/v1/plans", "create_plan")):
+        operation = document["paths"][path]["post"]
+        assert operation["operationId"] == operation_id
+        accepted = operation["responses"]["202"]
+        assert accepted["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Job"}
+        assert {"Location", "Preference-Applied"} <= set(accepted["headers"])
+        assert [p["name"] for p in operation["parameters"] if p["in"] == "header"] == ["prefer"]
+    jobs = document["paths"]["/v1/jobs/{job_id}"]
+    assert jobs["get"]["responses"]["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Job"}
+    assert {"200", "404", "409"} <= set(jobs["delete"]["responses"])
+    job = document["components"]["schemas"]["Job"]
+    assert job["properties"]["status"]["enum"] == ["queued", "running", "succeeded", "failed", "cancelled"]
+    assert {"points_done", "points_total", "result", "error", "href"} <= set(job["properties"])
