@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import func, select, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
@@ -39,6 +40,8 @@ SessionFactory = Callable[[], Session]
 # Starts of one point before its job fails: a point whose worker keeps dying, or whose search
 # keeps being lost, must not be retried forever.
 MAX_POINT_ATTEMPTS = 5
+# Seconds before a point whose database did not answer is tried again.
+DATABASE_RETRY_S = 5.0
 
 
 class RetryablePoint(Exception):
@@ -128,12 +131,14 @@ def run_point(runtime: Runtime, job_id: str, position: int) -> bool:
 
 
 def run_point_or_fail(runtime: Runtime, job_id: str, position: int) -> bool:
-    """``run_point``; an unexpected error fails the job (a problem document naming it) and is
-    raised again for the worker's log. ``RetryablePoint`` passes through."""
+    """``run_point``; a database that did not answer makes it retryable, any other unexpected
+    error fails the job (a problem document naming it) and is raised again for the worker's log."""
     try:
         return run_point(runtime, job_id, position)
     except RetryablePoint:
         raise
+    except OperationalError as error:  # the database was away for a moment: nothing was lost
+        raise RetryablePoint(f"point {position}: database error {type(error).__name__}", DATABASE_RETRY_S) from error
     except Exception as error:
         detail = f"point {position} failed: {type(error).__name__}"
         fail_job(runtime.session_factory, job_id, Problem(500, "Job failed", detail, slug="job-failed").to_dict())
