@@ -26,7 +26,6 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml $(LOCK)
 
 $(VENV)/.installed-dev: $(VENV)/.installed $(DEV_LOCK)
 	$(BIN)/pip install --quiet --require-hashes -r $(DEV_LOCK)
-	$(BIN)/pip install --quiet --no-deps -e .
 	touch $@
 
 install: $(VENV)/.installed
