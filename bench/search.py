@@ -3,7 +3,7 @@
 Run: ``python bench/search.py``. Prints the median wall time of 5 searches per case (each from
 cold caches: the analytic profile cache is cleared between runs), the peak RSS
 of this process, and the best plan. Targets on a 2-core machine: 175B <= 1 s, 1T <= 3 s,
-peak RSS < 1 GiB. Then a case where a uniform recompute setting must recompute every layer while
+DeepSeek-V3 on 2048 H800 <= 2 s, peak RSS < 1 GiB. Then a case where a uniform recompute setting must recompute every layer while
 the per-stage plan recomputes only what each stage needs.
 """
 
@@ -29,7 +29,7 @@ from solver.search.request import Constraints, SearchRequest
 from solver.spec.training import Recompute, TrainingSpec
 
 RUNS = 5
-TARGETS_S = {"gpt3-175b": 1.0, "megatron-1t": 3.0}
+TARGETS_S = {"gpt3-175b": 1.0, "megatron-1t": 3.0, "deepseek-v3": 2.0}
 RSS_TARGET_GIB = 1.0
 
 
@@ -45,7 +45,31 @@ def cases() -> list[tuple[str, SearchRequest]]:
         # 4M tokens per batch at 4096 tokens per sequence = 1024 sequences.
         ("llama2-70b", SearchRequest(catalog.get_model("llama2-70b"), cluster("dgx-h100", 64), TrainingSpec(1024, 4096))),
         ("bert-large", SearchRequest(catalog.get_model("bert-large"), cluster("dgx1-v100", 8), TrainingSpec(256, 512, precision="fp16"))),
+        # DeepSeek-V3's run (arXiv 2412.19437 Sec 3.1, 4.2): 2048 H800, 15360 sequences of 4096 tokens.
+        ("deepseek-v3", deepseek_v3_request()),
     ]
+
+
+def deepseek_v3_request(constraints: dict | None = None) -> SearchRequest:
+    return SearchRequest(
+        catalog.get_model("deepseek-v3"), catalog.get_cluster("hgx-h800-x256"), TrainingSpec(15360, 4096),
+        constraints=Constraints.parse(constraints or {}),
+    )
+
+
+# DeepSeek-V3's published layout (Sec 3.2): 16-way pipeline, 64-way expert parallelism over 8
+# nodes, ZeRO-1 data parallelism, no tensor parallelism.
+DEEPSEEK_V3_LAYOUT = {"tp_size": 1, "pp_size": 16, "ep_size": 64, "zero_stage": 1}
+
+
+def deepseek_v3_layout() -> None:
+    """The planner's best DeepSeek-V3 plan against the best plan of DeepSeek's own layout (its
+    micro-batch, partition and recompute left to the planner), in the same cost model."""
+    best = search(deepseek_v3_request()).best
+    published = search(deepseek_v3_request(DEEPSEEK_V3_LAYOUT)).best
+    print("\nDeepSeek-V3, 2048 H800 (the cost model exposes the all-to-alls that DeepSeek's DualPipe overlaps)")
+    print(f"  published layout (tp 1, pp 16, ep 64, ZeRO-1): {describe(published)}")
+    print(f"  planner's best: {describe(best)}")
 
 
 def clear_caches() -> None:
@@ -70,7 +94,8 @@ def describe(candidate) -> str:
         recompute += f" (full layers per stage {list(p.full_recompute_layers)})"
     layers = f" layers {list(p.stage_layers)}" if p.stage_layers else ""
     return (
-        f"dp {p.dp_size} tp {p.tp_size} pp {p.pp_size} v {p.virtual_stages} ZeRO-{int(p.zero_stage)} mb {p.micro_batch_size}"
+        f"dp {p.dp_size} tp {p.tp_size} pp {p.pp_size}" + (f" ep {p.ep_size}" if p.ep_size > 1 else "")
+        + f" v {p.virtual_stages} ZeRO-{int(p.zero_stage)} mb {p.micro_batch_size}"
         f" sp {p.sequence_parallel} recompute {recompute}{layers}: {pred.step_time_s:.3f} s/step, MFU {pred.mfu:.1%},"
         f" peak {candidate.evaluation.peak_bytes / 2**30:.1f} GiB"
     )
@@ -164,6 +189,7 @@ def main() -> int:
     ok &= rss_gib < RSS_TARGET_GIB
     print(f"peak RSS after the searches {rss_gib:.3f} GiB (target < {RSS_TARGET_GIB} GiB)")
     recompute_gain()
+    deepseek_v3_layout()
     partition_solvers()
     total_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30
     print(f"peak RSS of the whole benchmark, OR-Tools loaded: {total_gib:.3f} GiB")

@@ -131,7 +131,9 @@ class StepBreakdownOut(BaseModel):
 
     compute_s: float = Field(description="forward + backward of all micro-batches on the slowest stage")
     recompute_s: float = Field(description="extra forward work of activation recomputation")
-    tp_comm_s: float = Field(description="tensor / sequence parallel collectives and the exposed context-parallel ring exchange")
+    tp_comm_s: float = Field(
+        description="tensor / sequence parallel collectives, the exposed context-parallel ring exchange and the MoE dispatch and combine all-to-alls"
+    )
     pp_comm_s: float = Field(description="pipeline point-to-point sends on the critical path")
     dp_comm_exposed_s: float = Field(description="data-parallel gradient sync and ZeRO gathers not hidden by compute")
     grad_accumulation_s: float = Field(description="adding each micro-batch's gradients into the fp32 buffer")
