@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import assert_problem, error_fields
+from conftest import assert_problem, error_fields, unique_name
 
 NODES = ("hgx-h800", "hgx-h200-nvl", "hgx-b200", "hgx-b300", "gb200-nvl72", "gb300-nvl72", "mi325x-platform", "mi355x-platform")
 TRAINING = {"global_batch_size": 512, "seq_length": 2048}
@@ -81,3 +81,22 @@ def test_an_inline_cluster_with_a_domain_that_does_not_tile_its_nodes_is_a_422(a
             "parallel": {"dp_size": 4, "tp_size": 2, "pp_size": 1, "micro_batch_size": 4}}
     problem = assert_problem(api.post("/v1/evaluations", json=body), 422)
     assert "body.cluster.nvlink_domain_gpus" in error_fields(problem)
+
+
+def test_a_custom_cluster_keeps_its_nvlink_domain(api):
+    """A site that keeps 8 of each NVL72 rack's GPUs as spares describes a 64-GPU domain."""
+    name = unique_name("nvl64")
+    body = {"name": name, "gpu": "gb200-186gb", "gpus_per_node": 4, "num_nodes": 32, "nvlink_domain_gpus": 64,
+            "intra_node_gbytes_per_s": 900.0, "inter_node_gbytes_per_s": 50.0}
+    created = api.post("/v1/catalog/clusters", json=body)
+    assert created.status_code == 201, created.text
+    assert api.get(f"/v1/catalog/clusters/{name}").json()["nvlink_domain_gpus"] == 64
+    evaluation = {"model": "gpt3-1.3b", "cluster": name, "num_gpus": 128, "training": TRAINING,
+                  "parallel": {"dp_size": 8, "tp_size": 16, "pp_size": 1, "micro_batch_size": 1}}
+    response = api.post("/v1/evaluations", json=evaluation)
+    assert response.status_code == 200, response.text  # tp 16 inside a 64-GPU domain, no placement violation
+    assert response.json()["feasible"] is True
+    bad = body | {"name": unique_name("nvl-bad"), "nvlink_domain_gpus": 6}
+    problem = assert_problem(api.post("/v1/catalog/clusters", json=bad), 422)
+    assert "body.nvlink_domain_gpus" in error_fields(problem)
+    assert api.delete(f"/v1/catalog/clusters/{name}").status_code == 204

@@ -89,6 +89,11 @@ def check_request(request: SearchRequest) -> None:
             raise SpecError("num_gpus", f"must be positive, got {request.num_gpus}")
         if request.num_gpus > request.cluster.num_gpus:
             raise SpecError("num_gpus", f"{request.num_gpus} GPUs requested, the cluster has {request.cluster.num_gpus}")
+    gpu, precision = request.cluster.gpu, request.training.precision
+    if not gpu.supports(precision):
+        # No split can change the GPU: a precision it has no tensor-core peak for (NVFP4 on an
+        # H100, FP8 on an A100) is the request's error, not an infeasible plan.
+        raise SpecError("training.precision", f"{gpu.name} has no {precision.value} tensor cores", Rule.PRECISION)
     if objective is Objective.MIN_TIME_TO_TRAIN and not request.training.train_tokens:
         raise SpecError("training.train_tokens", "min_time_to_train needs a token budget (train_tokens)")
     if objective is Objective.MIN_COST:
