@@ -119,3 +119,27 @@ def test_megatron_bf16_keeps_fp32_main_grads():
     sharded = ParallelConfig(dp_size=8, zero_stage=ZeroStage.OS_G_P)
     assert state_bytes_per_parameter(sharded, fsdp) == pytest.approx(16 / 8)
     assert catalog.get_stack_facts("megatron-lm-2024")["grad_reduce"] == "fp32_for_bf16"
+
+
+def test_loss_memory_follows_the_stacks_cross_entropy():
+    """The head's activations are its peak at the loss: 16-bit logits plus the cross entropy's
+    tensors. Megatron's fused fp32 cross entropy: 2 + 4 bytes per logit; eager fp32 (torchtitan's
+    loss.py casts to float, then log_softmax keeps its output): 2 + 4 + 4; a 16-bit loss: 2 + 2.
+    Llama 3 8B, 16,384 tokens a micro-batch, vocabulary 128,256."""
+    from solver.cost.analytic import loss_peak_bytes_per_logit
+    from solver.spec.training import LossDtype
+
+    assert loss_peak_bytes_per_logit(LossDtype.FP32, fused_kernels=True) == 6
+    assert loss_peak_bytes_per_logit(LossDtype.FP32, fused_kernels=False) == 10
+    assert loss_peak_bytes_per_logit(LossDtype.HALF, fused_kernels=False) == 4
+    model = catalog.get_model("llama3-8b")
+    cluster = catalog.get_cluster("dgx-h100-x8")
+    shape = ProfileShape(micro_batch_size=2)
+    heads = {}
+    for fused in (True, False):
+        training = TrainingSpec(global_batch_size=16, seq_length=SEQ, fused_kernels=fused)
+        heads[fused] = analytic_profile(model, cluster, training, shape).head.activation_bytes
+    logits = 2 * SEQ * model.vocab_size
+    assert heads[False] - heads[True] == pytest.approx(4 * logits, abs=1)
+    assert catalog.get_stack_facts("torchtitan-2025")["loss_dtype"] == "fp32"
+    assert catalog.get_stack_facts("deepspeed-zero3")["loss_dtype"] == "half"

@@ -369,6 +369,7 @@ class StackFacts(BaseModel):
     grad_reduce: Literal["half", "fp32", "fp32_for_bf16"] = Field(
         description="dtype of the gradients held and reduced over data parallelism (fp32_for_bf16: fp32 when parameters are bf16)"
     )
+    loss_dtype: Literal["fp32", "half"] = Field(description="dtype the cross entropy computes in (its memory at the loss)")
 
 
 class StackFactSources(BaseModel):
@@ -386,6 +387,7 @@ class StackFactSources(BaseModel):
     host_s_per_layer: str
     selective_recompute: str
     grad_reduce: str
+    loss_dtype: str
 
 
 class StackEntry(BaseModel):

@@ -67,6 +67,7 @@ class Training(BaseModel):
         None,
         description="dtype of the gradients held and reduced over data parallelism (fp32_for_bf16: fp32 when parameters are bf16); null: the stack's",
     )
+    loss_dtype: Literal["fp32", "half"] | None = Field(None, description="dtype the cross entropy computes in; null: the stack's")
 
 
 Parallel = create_model(

@@ -41,7 +41,7 @@ from solver.cost.moe import MoeMlpCost, moe_mlp_cost
 from solver.cost.profile import LayerKind, LayerProfile, ModelProfile, ProfileShape
 from solver.spec.hardware import ClusterSpec, GpuSpec
 from solver.spec.model import Architecture, MlpActivation, ModelSpec
-from solver.spec.training import Precision, SelectiveRecompute, TrainingSpec
+from solver.spec.training import LossDtype, Precision, SelectiveRecompute, TrainingSpec
 
 BYTES_16BIT = 2
 BYTES_FP32 = 4
@@ -398,9 +398,28 @@ def _embedding_profile(
     )
 
 
+def loss_peak_bytes_per_logit(loss_dtype: LossDtype, fused_kernels: bool) -> int:
+    """Bytes per logit alive at the loss, at the end of the last forward pass: the 16-bit logits
+    the output layer writes (2) and the cross entropy's tensors, of which the last is what it
+    keeps for backward.
+
+    fp32 loss, fused: Megatron's vocab-parallel cross entropy
+    (megatron/core/tensor_parallel/cross_entropy.py) casts the logits to fp32 and turns them
+    into the softmax in place, which it keeps: 2 + 4. Compiled PyTorch fuses the cast into the
+    softmax the same way. fp32 loss, eager: the fp32 copy (torchtitan/components/loss.py:
+    ``cross_entropy(pred.float(), ...)``; under autocast, cross_entropy is on the fp32 list), then
+    log_softmax's output, which it keeps for backward (derivatives.yaml: ``_log_softmax`` saves
+    its result): 2 + 4 + 4. 16-bit loss (a model cast to half, as DeepSpeed's fp16 engine runs
+    it, without autocast): log_softmax's 16-bit output beside the logits, 2 + 2, fused or not.
+    """
+    if loss_dtype is LossDtype.HALF:
+        return BYTES_16BIT + BYTES_16BIT
+    return BYTES_16BIT + BYTES_FP32 + (0 if fused_kernels else BYTES_FP32)
+
+
 def _head_profile(
     model: ModelSpec, cluster: ClusterSpec, precision: Precision,
-    shape: ProfileShape, seq_length: int,
+    shape: ProfileShape, seq_length: int, loss_bytes_per_logit: int = BYTES_FP32,
 ) -> LayerProfile:
     tp_size, micro_batch_size, sequence_parallel = shape.tp_size, shape.micro_batch_size, shape.sequence_parallel
     gpu = cluster.gpu
@@ -420,8 +439,11 @@ def _head_profile(
     # Backward all-reduce of the logits-projection input gradient.
     tp_comm_s = _activation_all_reduce_s(cluster, tokens, h, t)
     # Final norm input, projection input, fp32 softmax of the local vocabulary shard
-    # (Korthikanti et al. 2022: 4*s*b*h/t*(1 + v/h) on the last stage).
-    kept = int(BYTES_16BIT * tokens_local * h + BYTES_16BIT * predicted * h + BYTES_FP32 * predicted * vocab / t)
+    # (Korthikanti et al. 2022: 4*s*b*h/t*(1 + v/h) on the last stage); the head runs one
+    # micro-batch at a time, so its activations are its peak at the loss: the logits in 16 bit
+    # and the loss's tensors (``loss_peak_bytes_per_logit``) rather than the fp32 softmax alone.
+    logits = predicted * vocab / t
+    kept = int(BYTES_16BIT * tokens_local * h + BYTES_16BIT * predicted * h + loss_bytes_per_logit * logits)
     return LayerProfile(
         name="head",
         kind=LayerKind.HEAD,
@@ -462,7 +484,8 @@ def analytic_profile(
         layers += [_renamed(moe_layer if model.is_moe_layer(i) else layer, f"layer.{i}") for i in range(model.num_layers)]
     else:
         layers += [layer if i == 0 else replace(layer, name=f"layer.{i}") for i in range(model.num_layers)]
-    layers.append(_head_profile(model, cluster, training.precision, *args))
+    loss_bytes = loss_peak_bytes_per_logit(training.loss_dtype, training.fused_kernels)
+    layers.append(_head_profile(model, cluster, training.precision, *args, loss_bytes_per_logit=loss_bytes))
     return ModelProfile(
         model_name=model.name,
         tp_size=shape.tp_size,

@@ -57,6 +57,19 @@ class GradReduce(str, Enum):
     FP32_FOR_BF16 = "fp32_for_bf16"
 
 
+class LossDtype(str, Enum):
+    """The dtype the cross entropy computes in (``solver.cost.analytic.loss_peak_bytes_per_logit``).
+
+    FP32: the logits are cast to fp32 first (Megatron's vocab-parallel cross entropy unless
+    --fp16-lm-cross-entropy; torchtitan's loss; autocast, whose fp32 list holds cross_entropy).
+    HALF: a model cast to 16 bit computes it on its 16-bit logits (DeepSpeed's fp16 engine, apex
+    AMP O2, without autocast).
+    """
+
+    FP32 = "fp32"
+    HALF = "half"
+
+
 class SelectiveRecompute(str, Enum):
     """What a stack's selective recomputation keeps and what it recomputes.
 
@@ -145,6 +158,7 @@ class TrainingSpec:
     host_s_per_layer: float = 0.0
     selective_recompute: SelectiveRecompute = SelectiveRecompute.ATTENTION
     grad_reduce: GradReduce = GradReduce.HALF
+    loss_dtype: LossDtype = LossDtype.FP32
 
     def __post_init__(self) -> None:
         check_positive_int("training.global_batch_size", self.global_batch_size)
@@ -154,6 +168,7 @@ class TrainingSpec:
         object.__setattr__(self, "zero3_collectives", Zero3Collectives(self.zero3_collectives))
         object.__setattr__(self, "selective_recompute", SelectiveRecompute(self.selective_recompute))
         object.__setattr__(self, "grad_reduce", GradReduce(self.grad_reduce))
+        object.__setattr__(self, "loss_dtype", LossDtype(self.loss_dtype))
         if not 0.0 <= self.host_s_per_layer <= HOST_S_PER_LAYER_MAX:
             raise SpecError("training.host_s_per_layer", f"must be between 0 and {HOST_S_PER_LAYER_MAX:g} s, got {self.host_s_per_layer!r}")
         if self.train_tokens is not None and not 0 < self.train_tokens <= TRAIN_TOKENS_MAX:
