@@ -90,6 +90,31 @@ def _range_tables(problem: PartitionProblem) -> tuple[np.ndarray, np.ndarray, np
     return time_ns, recomputed, np.where(valid, state, UNREACHABLE)
 
 
+def _any_partition_fits(problem: PartitionProblem) -> bool:
+    """Whether some partition fits at all, before the range tables are built: a range fits a
+    stage without recomputation, or with every one of its layers recomputed (the least memory a
+    range can take), exactly as ``_range_tables`` decides ``fits_at_all``. Checked only where
+    layers differ in memory (the tables' binary search is the costly part); True otherwise."""
+    rows = (problem.layer_kept_kib, problem.layer_checkpoint_kib, problem.layer_state_kib)
+    if all(row.count(row[0]) == len(row) for row in rows):
+        return True
+    p, layers = problem.num_stages, problem.num_layers
+    kept_p, ckpt_p, state_p = _prefix(problem.layer_kept_kib), _prefix(problem.layer_checkpoint_kib), _prefix(problem.layer_state_kib)
+    a = np.arange(layers)[:, None]
+    b = np.arange(1, layers + 1)[None, :]
+    valid = b > a
+    state = state_p[b] - state_p[a]
+    fits = np.zeros((p, layers, layers), dtype=bool)
+    for stage in range(p):
+        f, budget = problem.in_flight[stage], problem.stage_budget_kib[stage]
+        plain = valid & (stage_memory_kib(f, kept_p[b] - kept_p[a], state, 0) <= budget)
+        fits[stage] = plain
+        if problem.allow_recompute:
+            recomputed = stage_memory_kib(f, ckpt_p[b] - ckpt_p[a], state, problem.working_kib)
+            fits[stage] |= valid & (recomputed <= budget)
+    return bool(_reachable(fits)[-1][layers])
+
+
 def _reachable(allowed: np.ndarray) -> list[np.ndarray]:
     """reach[i][b]: boundary b is reachable after i stages using only ``allowed`` ranges
     (allowed[i, a, b - 1]); each stage's allowed ranges from a start are a prefix in b."""
@@ -127,6 +152,8 @@ def solve_chain(problem: PartitionProblem, upper_bound_ns: int | None = None) ->
     if problem.virtual_stages != 1:
         raise ValueError("solve_chain covers one chunk per stage")
     p, layers = problem.num_stages, problem.num_layers
+    if not _any_partition_fits(problem):
+        return None
     time_ns, recomputed, state = _range_tables(problem)
     extra_state = np.asarray(problem.stage_extra_state_kib, dtype=np.float64)[:, None, None]
     stage_state = state[None, :, :] + extra_state

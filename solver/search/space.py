@@ -242,6 +242,7 @@ class Profiles:
         self._selective_noop: dict[ProfileShape, bool] = {}
         self._message: dict[ProfileShape, int] = {}
         self._parameters: dict[tuple[int, int], tuple[int, int]] = {}
+        self._pipeline_comm: dict[tuple, float] = {}
 
     def profile(self, shape: ProfileShape) -> ModelProfile:
         if shape not in self._profiles:
@@ -282,6 +283,18 @@ class Profiles:
             self._message[shape] = blocks[0].output_bytes if blocks else 0
         return self._message[shape]
 
+    def pipeline_comm_s(self, shape: "Shape", num_micro_batches: int) -> float:
+        """``schedule.pipeline_comm_s`` of the shape's uniform configuration, which depends on its
+        dp, tp, pp, cp, interleaving, micro-batch count and message, not on its ZeRO stage or
+        recomputation (shared by the shapes that differ only in those)."""
+        profile_shape = shape.profile_shape
+        key = (shape.dp_size, shape.tp_size, shape.pp_size, shape.cp_size, shape.virtual_stages, num_micro_batches, profile_shape)
+        if key not in self._pipeline_comm:
+            self._pipeline_comm[key] = pipeline_comm_s(
+                self.request.cluster, shape.uniform(), num_micro_batches, self.message_bytes(profile_shape)
+            )
+        return self._pipeline_comm[key]
+
     def rows(self, shape: ProfileShape, base: Recompute) -> tuple:
         key = (shape, base)
         if key not in self._rows:
@@ -304,7 +317,7 @@ def step_lower_bound_s(run: SearchRun, shape: Shape) -> float:
     m = micro_batch_count(request.training.global_batch_size, shape.dp_size, shape.micro_batch_size)
     comm = 0.0
     if shape.pp_size > 1:
-        comm = pipeline_comm_s(request.cluster, shape.uniform(), m, run.profiles.message_bytes(shape.profile_shape))
+        comm = run.profiles.pipeline_comm_s(shape, m)
     return pipeline_slots(shape.pp_size, shape.virtual_stages, m) * per_micro_batch + comm
 
 
