@@ -110,3 +110,39 @@ def test_bad_moe_fields_name_the_field(extra: dict, field: str) -> None:
 
 def test_one_expert_is_a_dense_model() -> None:
     assert not ModelSpec(**BASE, num_experts=1).is_moe
+
+
+# --------------------------------------------------------------------------- multi-head latent attention
+
+
+def test_mla_score_flops_use_the_wide_heads():
+    """DeepSeek-V3's 128 heads score with d_qk + d_rope = 192 and weigh values of d_v = 128,
+    not hidden / heads = 56 (DeepSeek-V2 Sec 2.1 and Appendix C)."""
+    from solver.cost.flops import attention_score_flops
+
+    model = catalog.get_model("deepseek-v3")
+    assert (model.qk_head_width, model.v_head_width) == (192, 128)
+    assert attention_score_flops(model, 1, 4096) == 2 * 4096 * 4096 * 128 * (192 + 128)
+
+
+def test_mla_layer_costs_its_projection_chain_and_wider_heads():
+    import dataclasses
+
+    from solver.cost.analytic import analytic_profile
+    from solver.cost.mla import mla_cost
+    from solver.cost.profile import ProfileShape
+    from solver.spec.training import TrainingSpec
+
+    model = catalog.get_model("deepseek-v3")
+    standard = dataclasses.replace(model, kv_lora_rank=0, q_lora_rank=0, qk_head_dim=0, qk_rope_head_dim=0, v_head_dim=0)
+    cluster = catalog.get_cluster("hgx-h800-x256")
+    training = TrainingSpec(global_batch_size=1024, seq_length=4096)
+    shape = ProfileShape(1, 1, False, 1, 8)
+    mla, mha = (analytic_profile(m, cluster, training, shape).transformer_layers[0] for m in (model, standard))
+    cost = mla_cost(model, cluster.gpu, training.precision, 4096, 1)
+    # The projections: the chain replaces the fused h-wide ones (fewer weights: 187M against 206M).
+    assert cost.gemm_forward_s < cost.standard_gemm_forward_s
+    # The attention core of 192/128-wide heads costs more than 56-wide ones; K and V kept are wider.
+    assert mla.forward_s > mha.forward_s
+    assert mla.activation_bytes > mha.activation_bytes
+    assert mla.model_flops > mha.model_flops

@@ -37,6 +37,7 @@ from solver.cost.flops import (
     logits_forward_flops,
     predicted_tokens,
 )
+from solver.cost.mla import MlaCost, mla_cost
 from solver.cost.moe import MoeMlpCost, moe_mlp_cost
 from solver.cost.profile import LayerKind, LayerProfile, ModelProfile, ProfileShape
 from solver.spec.hardware import ClusterSpec, GpuSpec
@@ -144,9 +145,9 @@ def _attention_core_s(
     (s/cp) x (s/cp) (ring attention, see the module docstring); causal, each step computes half
     its block under the two-chunk split (at cp 1: the one s x s block, half of it)."""
     precision16 = _sixteen_bit(training.precision)
-    d = model.head_dim
+    qk, v = model.qk_head_width, model.v_head_width  # head_dim both, unless latent attention widens them
     q = s // cp_size  # this rank's queries, and the keys of each ring step
-    block_s = gemm_time_s(gpu, precision16, q, q, d, heads_local) + gemm_time_s(gpu, precision16, q, d, q, heads_local)
+    block_s = gemm_time_s(gpu, precision16, q, q, qk, heads_local) + gemm_time_s(gpu, precision16, q, v, q, heads_local)
     if training.flash_attention:
         causal = 0.5 if model.architecture is Architecture.DECODER else 1.0
         forward_s = causal * cp_size * block_s
@@ -347,6 +348,22 @@ def _renamed(layer: LayerProfile, name: str) -> LayerProfile:
     return renamed
 
 
+def _mla_layer(standard: LayerProfile, cost: MlaCost) -> LayerProfile:
+    """A layer with multi-head latent attention: the layer costed with h-wide projections, its
+    fused QKV and output GEMMs swapped for MLA's down, up and output projections and its kept
+    Q, K, V for MLA's wider heads and latents (``solver.cost.mla``). Backward costs the GEMMs in
+    the dense layer's ratio (BACKWARD_TO_FORWARD)."""
+    gemm_s = cost.gemm_forward_s - cost.standard_gemm_forward_s
+    kept = int(cost.kept_bytes)
+    return replace(
+        standard,
+        forward_s=standard.forward_s + gemm_s,
+        backward_s=standard.backward_s + BACKWARD_TO_FORWARD * gemm_s,
+        activation_bytes=standard.activation_bytes + kept,
+        selective_activation_bytes=standard.selective_activation_bytes + kept,
+    )
+
+
 def _moe_layer(dense: LayerProfile, cost: MoeMlpCost, gpu: GpuSpec) -> LayerProfile:
     """An MoE layer: the dense layer of the same shape with its MLP swapped for the router,
     shared and routed experts, and the dispatch and combine all-to-alls added
@@ -476,9 +493,11 @@ def analytic_profile(
     seq = training.seq_length
     args = (shape, seq)
     layer = _layer_profile(model, cluster, training, *args, index=0)
+    tokens = shape.micro_batch_size * seq // shape.cp_size
+    if model.is_mla:
+        layer = _mla_layer(layer, mla_cost(model, cluster.gpu, training.precision, tokens, shape.tp_size))
     layers = [_embedding_profile(model, cluster, *args)]
     if model.is_moe:
-        tokens = shape.micro_batch_size * seq // shape.cp_size
         cost = moe_mlp_cost(model, cluster, training.precision, tokens, shape.tp_size, shape.ep_size)
         moe_layer = _moe_layer(layer, cost, cluster.gpu)
         layers += [_renamed(moe_layer if model.is_moe_layer(i) else layer, f"layer.{i}") for i in range(model.num_layers)]

@@ -50,8 +50,8 @@ class ModelSpec:
     Multi-head latent attention (DeepSeek-V2 Sec 2.1, DeepSeek-V3 Sec 2.1.1): ``kv_lora_rank``
     above 0 compresses K and V through a rank-``kv_lora_rank`` latent (and Q through
     ``q_lora_rank`` when above 0); each head has a ``qk_head_dim`` + ``qk_rope_head_dim`` query and
-    key and a ``v_head_dim`` value. It changes the attention's weights (so parameter counts and
-    FLOPs); the analytic layer time still costs the projections as h-wide ones.
+    key and a ``v_head_dim`` value. It changes the attention's weights and FLOPs, its projection
+    GEMMs, the width its heads score and weigh with, and the K and V kept (``solver.cost.mla``).
     """
 
     name: str
@@ -191,6 +191,16 @@ class ModelSpec:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def qk_head_width(self) -> int:
+        """Width of each head's query and key: head_dim, or MLA's d_qk + d_rope (DeepSeek-V3: 192)."""
+        return self.qk_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def v_head_width(self) -> int:
+        """Width of each head's value: head_dim, or MLA's d_v (DeepSeek-V3: 128)."""
+        return self.v_head_dim if self.is_mla else self.head_dim
 
     @property
     def kv_hidden_size(self) -> int:

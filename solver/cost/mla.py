@@ -1,0 +1,61 @@
+"""What multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, Sec 2.1; DeepSeek-V3, arXiv
+2412.19437, Sec 2.1.1) costs beyond the h-wide attention projections a standard layer has, for
+one micro-batch on one GPU of a tensor-parallel group of tp.
+
+MLA replaces the fused QKV and output projections by a chain of smaller GEMMs: Q down to a
+q_lora_rank latent and up to H heads of d_qk + d_rope; K and V jointly down to a kv_lora_rank
+latent (plus one shared d_rope rope key) and up to H heads of d_qk (keys) and d_v (values); the
+output projection from H d_v back to h. Megatron-core's ``MLASelfAttention`` runs the down
+projections unsplit on every TP rank and the up and output projections split over the heads
+(column- and row-parallel), as modelled here. In training the up-projected K and V are
+materialised (no weight absorption, which is an inference trick), so attention itself runs on
+H heads of d_qk + d_rope (scores) and d_v (values): ``ModelSpec.qk_head_width`` and
+``v_head_width``, which ``solver.cost.analytic``'s attention core and ``flops.attention_score_flops``
+read. ``solver.cost.analytic`` applies ``MlaCost`` to the layer it costs with h-wide projections.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from solver.cost.compute import gemm_time_s
+from solver.spec.hardware import GpuSpec
+from solver.spec.model import ModelSpec
+from solver.spec.training import Precision
+
+BYTES_16BIT = 2
+
+
+@dataclass(frozen=True)
+class MlaCost:
+    """MLA's projections against the h-wide ones of a standard layer (per micro-batch, one GPU)."""
+
+    standard_gemm_forward_s: float  # fused QKV and output projections, to be taken out
+    gemm_forward_s: float  # MLA's down, up and output projections, forward
+    kept_bytes: float  # activation bytes kept for backward added (wider heads, latents), may be negative
+
+
+def mla_cost(model: ModelSpec, gpu: GpuSpec, precision: Precision, tokens: float, tp_size: int) -> MlaCost:
+    """MLA's projection GEMMs and kept activations on one TP rank, against the standard ones
+    (see the module docstring); ``tokens`` = b * s / cp."""
+    t, h, heads = tp_size, model.hidden_size, model.num_attention_heads
+    qk, v, rope = model.qk_head_width, model.v_head_width, model.qk_rope_head_dim
+    standard = gemm_time_s(gpu, precision, tokens, (h + 2 * model.kv_hidden_size) / t, h) + gemm_time_s(gpu, precision, tokens, h, h / t)
+    if model.q_lora_rank:
+        query_s = gemm_time_s(gpu, precision, tokens, model.q_lora_rank, h) + gemm_time_s(gpu, precision, tokens, heads * qk / t, model.q_lora_rank)
+    else:
+        query_s = gemm_time_s(gpu, precision, tokens, heads * qk / t, h)
+    key_value_s = gemm_time_s(gpu, precision, tokens, model.kv_lora_rank + rope, h) + gemm_time_s(
+        gpu, precision, tokens, heads * (model.qk_head_dim + v) / t, model.kv_lora_rank
+    )
+    output_s = gemm_time_s(gpu, precision, tokens, h, heads * v / t)
+    # Kept 16-bit tensors per token: Q and K of H x qk, V and the output projection's input of
+    # H x v (split over tp), the two latents (unsplit), against the standard layer's Q, output
+    # input (h each) and K, V (kv_hidden each) of Korthikanti et al.'s Table 2.
+    mla_kept = (2 * heads * qk + 2 * heads * v) / t + model.q_lora_rank + model.kv_lora_rank + rope
+    standard_kept = (2 * h + 2 * model.kv_hidden_size) / t
+    return MlaCost(
+        standard_gemm_forward_s=standard,
+        gemm_forward_s=query_s + key_value_s + output_s,
+        kept_bytes=BYTES_16BIT * tokens * (mla_kept - standard_kept),
+    )
