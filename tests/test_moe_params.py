@@ -146,3 +146,12 @@ def test_mla_layer_costs_its_projection_chain_and_wider_heads():
     assert mla.forward_s > mha.forward_s
     assert mla.activation_bytes > mha.activation_bytes
     assert mla.model_flops > mha.model_flops
+
+
+def test_mla_context_parallel_ring_carries_the_materialised_keys_and_values():
+    from solver.cost.analytic import ring_exchange_bytes
+    from solver.cost.profile import ProfileShape
+
+    model = catalog.get_model("deepseek-v3")
+    shape = ProfileShape(tp_size=2, micro_batch_size=1, sequence_parallel=True, cp_size=4)
+    assert ring_exchange_bytes(model, shape, 32768) == 2 * (32768 // 4) * 128 * (192 + 128) / 2

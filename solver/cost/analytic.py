@@ -161,8 +161,12 @@ def ring_exchange_bytes(model: ModelSpec, shape: ProfileShape, seq_length: int) 
     """Bytes one rank sends per ring-attention step, forward: its K and V chunks, 16 bit, of
     b * s/cp tokens and the kv_hidden/tp width its TP rank holds (2 tensors x 2 bytes).
     Backward sends K and V again and their gradients (TE's ``AttnFuncWithCPAndKVP2P`` backward
-    circulates ``kv`` and ``dkv``): twice as many bytes per step."""
+    circulates ``kv`` and ``dkv``): twice as many bytes per step. With multi-head latent
+    attention the up-projected K (d_qk + d_rope per head) and V (d_v per head) of every head go
+    round the ring (Megatron-core's MLA runs context parallelism on the materialised K and V)."""
     tokens = shape.micro_batch_size * seq_length // shape.cp_size
+    if model.is_mla:
+        return BYTES_16BIT * tokens * model.num_attention_heads * (model.qk_head_width + model.v_head_width) / shape.tp_size
     return 2 * BYTES_16BIT * tokens * model.kv_hidden_size / shape.tp_size
 
 
