@@ -42,6 +42,10 @@ CLUSTER_OPTIONAL = (
     ("intra_node_bus_efficiency", "intra_node_bus_efficiency", 1.0),
     ("inter_node_bus_efficiency", "inter_node_bus_efficiency", 1.0),
     ("gpu_hour_price_usd", "gpu_hour_price_usd", 1.0),
+    # Host facts offload is costed with (solver.cost.offload); absent: the cluster cannot offload.
+    ("host_memory_gib", "host_memory_bytes", GIB_BYTES),
+    ("pcie_gbytes_per_s", "pcie_bytes_per_s", GB_BYTES),
+    ("host_memory_gbytes_per_s", "host_memory_bytes_per_s", GB_BYTES),
 )
 
 # What a software stack sets (data/stacks.json "facts"): TrainingSpec fields, by name.

@@ -17,6 +17,7 @@ from app.core.types import (
     EntryName,
     Flag,
     HbmGbytesPerS,
+    HostMemoryGib,
     LatencyUs,
     LinkGbytesPerS,
     MemoryGib,
@@ -62,6 +63,11 @@ NVLINK_DOMAIN = (
     "GPUs per NVLink domain, whose links intra_node_* describe (72 for a GB200 NVL72 rack of 4-GPU"
     " trays); default gpus_per_node; one of the two divides the other"
 )
+
+# Host facts offload is costed with (solver.cost.offload); a cluster without them cannot offload.
+HOST_MEMORY = "host (CPU) memory per node, GiB; with pcie_gbytes_per_s and host_memory_gbytes_per_s, what offload needs"
+PCIE = "host <-> GPU PCIe bandwidth per GPU, one direction, nominal decimal GB/s (offload)"
+HOST_MEMORY_BANDWIDTH = "the node's nominal CPU memory bandwidth, all sockets, decimal GB/s (the CPU optimizer step of offload)"
 
 GPU_EXAMPLE = {
     "name": "my-gpu",
@@ -141,6 +147,9 @@ class ClusterSpecIn(BaseModel):
     inter_node_bus_efficiency: Efficiency | None = None
     gpu_hour_price_usd: PriceUsd | None = None
     nvlink_domain_gpus: Size | None = Field(None, description=NVLINK_DOMAIN)
+    host_memory_gib: HostMemoryGib | None = Field(None, description=HOST_MEMORY)
+    pcie_gbytes_per_s: LinkGbytesPerS | None = Field(None, description=PCIE)
+    host_memory_gbytes_per_s: LinkGbytesPerS | None = Field(None, description=HOST_MEMORY_BANDWIDTH)
 
 
 # Responses. A field typed ``X | MISSING`` is absent when the entry does not carry it.
@@ -314,6 +323,9 @@ class StoredClusterSpec(BaseModel):
     inter_node_bus_efficiency: float | None | MISSING = Field(MISSING, description=BUS_EFFICIENCY)
     gpu_hour_price_usd: float | None | MISSING = Field(MISSING, description=PRICE)
     nvlink_domain_gpus: int | None | MISSING = Field(MISSING, description=NVLINK_DOMAIN)
+    host_memory_gib: float | None | MISSING = Field(MISSING, description=HOST_MEMORY)
+    pcie_gbytes_per_s: float | None | MISSING = Field(MISSING, description=PCIE)
+    host_memory_gbytes_per_s: float | None | MISSING = Field(MISSING, description=HOST_MEMORY_BANDWIDTH)
     node: str | MISSING = Field(MISSING, description="the catalog node type")
     source: str | MISSING = Field(MISSING, description="where the cluster comes from")
     link_sources: dict[str, str] | MISSING = Field(MISSING, description=SOURCES_DESCRIPTION)

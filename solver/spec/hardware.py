@@ -28,6 +28,7 @@ SATURATION_DIM_RANGE = (0.0, 1e6)  # k at half efficiency (the short-k penalty)
 NUM_SMS_RANGE = (1, 100_000)
 OVERLAP_SLOWDOWN_RANGE = (0.0, 10.0)  # compute beside a collective: as fast as alone to 11x slower
 GPU_HOUR_PRICE_USD_RANGE = (0.0, 1e6)  # beyond it a cost is no longer meaningful (and may overflow)
+HOST_MEMORY_BYTES_RANGE = (2**20, 2**60)  # 1 MiB to 1 EiB of host memory per node
 
 # --- GPU defaults -------------------------------------------------------------------------------
 # Streaming multiprocessors: the A100's 108 (NVIDIA A100 Tensor Core GPU Architecture whitepaper).
@@ -172,6 +173,11 @@ class ClusterSpec:
     gpu_hour_price_usd: float | None = None
     extra: dict = field(default_factory=dict, compare=False, hash=False)
     nvlink_domain_gpus: int | None = None  # None: gpus_per_node; set to it after construction
+    # Host facts for offload (solver.cost.offload), None where unknown: a cluster without them
+    # cannot offload (Rule.OFFLOAD_NEEDS_HOST), and nothing else reads them.
+    host_memory_bytes: float | None = None  # host (CPU) memory per node
+    pcie_bytes_per_s: float | None = None  # host <-> GPU link per GPU, one direction (nominal)
+    host_memory_bytes_per_s: float | None = None  # the node's CPU memory bandwidth (all sockets)
 
     def __post_init__(self) -> None:
         if self.nvlink_domain_gpus is None:
@@ -194,10 +200,20 @@ class ClusterSpec:
             check_in_range(f"cluster.{name}", getattr(self, name), *EFFICIENCY_RANGE)
         if self.gpu_hour_price_usd is not None:
             check_in_range("cluster.gpu_hour_price_usd", self.gpu_hour_price_usd, *GPU_HOUR_PRICE_USD_RANGE, "USD")
+        if self.host_memory_bytes is not None:
+            check_in_range("cluster.host_memory_bytes", self.host_memory_bytes, *HOST_MEMORY_BYTES_RANGE, "bytes")
+        for name in ("pcie_bytes_per_s", "host_memory_bytes_per_s"):
+            if getattr(self, name) is not None:
+                check_in_range(f"cluster.{name}", getattr(self, name), *LINK_BYTES_PER_S_RANGE, "bytes/s")
 
     @property
     def num_gpus(self) -> int:
         return self.gpus_per_node * self.num_nodes
+
+    @property
+    def has_host_facts(self) -> bool:
+        """Whether offload can be costed: host memory, PCIe and host memory bandwidth are given."""
+        return None not in (self.host_memory_bytes, self.pcie_bytes_per_s, self.host_memory_bytes_per_s)
 
     @property
     def domain_gpus(self) -> int:
