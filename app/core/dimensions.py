@@ -9,11 +9,12 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from app.core.types import LIST_MAX_ITEMS, Flag, PositiveInt, not_given
-from solver.spec.dimensions import DIMENSIONS, NUM_GPUS, Dimension, Kind
+from solver.spec.dimensions import DIMENSIONS, NUM_GPUS, Dimension, Kind, Offload
 from solver.spec.parallel import ParallelConfig
 from solver.spec.training import Recompute
 
 RecomputeName = Literal[tuple(mode.value for mode in Recompute)]  # type: ignore[valid-type]
+OffloadName = Literal[tuple(mode.value for mode in Offload)]  # type: ignore[valid-type]
 ZeroStageNumber = Annotated[int, Field(strict=True, ge=0, le=3)]
 
 
@@ -24,6 +25,7 @@ def value_type(dimension: Dimension) -> Any:
         Kind.ZERO: ZeroStageNumber,
         Kind.RECOMPUTE: RecomputeName,
         Kind.FLAG: Flag,
+        Kind.OFFLOAD: OffloadName,
     }[dimension.kind]
 
 

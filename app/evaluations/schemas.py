@@ -209,6 +209,9 @@ class Memory(BaseModel):
     peak_stage: int = Field(description="the stage with the peak")
     breakdown_gib: MemoryBreakdown = Field(description="the peak stage's memory by kind")
     per_stage: list[StagePeak]
+    host_gib_per_node: float = Field(
+        0.0, description="host memory per node that offloaded model states take (parallel.offload), GiB; 0 without offload"
+    )
 
 
 class PipelineStage(BaseModel):

@@ -22,6 +22,7 @@ from solver.cost.flops import (
     model_flops_per_iteration,
 )
 from solver.cost.memory import GIB_BYTES, in_flight_micro_batches
+from solver.cost.offload import gpus_sharing_host, offload_exposed_s, offload_step_s
 from solver.cost.profile import ModelProfile, ProfileShape
 from solver.cost.result import Evaluation, Prediction, StageReport, StepBreakdown
 from solver.cost.schedule import (
@@ -32,12 +33,14 @@ from solver.cost.schedule import (
 from solver.cost.stage import (
     StageCost,
     StagePolicy,
+    optimizer_shard_parameter_count,
     optimizer_step_s,
     stage_chunks,
     stage_cost,
 )
 from solver.cost.uncertainty import ErrorBand, prediction_range
 from solver.frameworks import framework_violations
+from solver.spec.dimensions import Offload
 from solver.spec.errors import SpecError, check_in_range
 from solver.spec.hardware import ClusterSpec
 from solver.spec.legality import check_structure, placement_violations
@@ -99,7 +102,10 @@ def evaluate(
     stage_policy = StagePolicy.of(cluster.gpu, parallel, training, m)
     costs = stage_costs(prof, chunks, parallel, stage_policy)
     tails = [
-        _tail(cost, cluster, training, parallel, stage_policy, policy, zero3_collectives_per_pass(model, training, parallel, stage, layers))
+        _tail(
+            cost, cluster, training, parallel, stage_policy, policy,
+            zero3_collectives_per_pass(model, training, parallel, stage, layers), num_gpus,
+        )
         for stage, (cost, layers) in enumerate(zip(costs, chunks))
     ]
     step_s, breakdown = step_time(costs, tails, prof, cluster, parallel, m, training.overlap_p2p_comm)
@@ -118,7 +124,8 @@ def evaluate(
         )
         for stage, (layers, cost) in enumerate(zip(chunks, costs))
     )
-    found = violations(reports, cluster, parallel, policy)
+    host_bytes_per_node = max(cost.host_bytes for cost in costs) * gpus_sharing_host(cluster, num_gpus)
+    found = violations(reports, cluster, parallel, policy) + host_violations(cluster, host_bytes_per_node)
     prediction = throughput(model, cluster, training, parallel, num_gpus, step_s, breakdown, recomputed_layers)
     if error_band is not None:
         prediction = replace(
@@ -134,6 +141,7 @@ def evaluate(
         peak_stage=max(range(parallel.pp_size), key=lambda i: reports[i].peak_bytes),
         num_micro_batches=m,
         profile_origins=prof.origins() if profile is not None else {},
+        host_bytes_per_node=host_bytes_per_node,
     )
 
 
@@ -173,9 +181,12 @@ def zero3_collectives_per_pass(
 
 def _tail(
     cost: StageCost, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig, stage_policy: StagePolicy,
-    policy: Policy, zero3_calls: int,
+    policy: Policy, zero3_calls: int, num_gpus: int,
 ) -> _Tail:
-    """One stage's data-parallel synchronisation not hidden by compute, and its optimizer step."""
+    """One stage's data-parallel synchronisation not hidden by compute, and its optimizer step.
+    With offload (``solver.cost.offload``) the step is the CPU's, and the PCIe transfers that
+    compute does not hide are counted with the data-parallel traffic (they move the same shard
+    that ZeRO reduces and gathers)."""
     time = cost.time
 
     def exposed_s(group: ParallelConfig, parameter_count: float) -> float:
@@ -192,7 +203,15 @@ def _tail(
     exposed = exposed_s(parallel, cost.parameter_count - experts)
     if experts:
         exposed += exposed_s(expert_gradient_group(parallel), experts)
-    return _Tail(exposed, optimizer_step_s(cluster.gpu, cost.parameter_count, stage_policy, experts))
+    if parallel.offload is Offload.NONE:
+        return _Tail(exposed, optimizer_step_s(cluster.gpu, cost.parameter_count, stage_policy, experts))
+    shard = optimizer_shard_parameter_count(cost.parameter_count, stage_policy, experts)
+    layer_shard = cost.largest_layer_parameter_count * shard / cost.parameter_count if cost.parameter_count else 0.0
+    exposed += stage_policy.num_micro_batches * offload_exposed_s(
+        cluster, parallel.offload, shard, layer_shard, time.forward_s, time.backward_s + time.recompute_s,
+        stage_policy.grad_bytes_per_param,
+    )
+    return _Tail(exposed, offload_step_s(cluster, parallel.offload, shard, training.optimizer, num_gpus))
 
 
 def expert_gradient_group(parallel: ParallelConfig) -> ParallelConfig:
@@ -274,6 +293,19 @@ def throughput(
         time_to_train_s=training.train_tokens / tokens_per_s if training.train_tokens else None,
         breakdown_s=breakdown,
     )
+
+
+def host_violations(cluster: ClusterSpec, host_bytes_per_node: float) -> list[Violation]:
+    """What is offloaded must fit in each node's host memory (nothing to check without offload)."""
+    if host_bytes_per_node <= 0 or cluster.host_memory_bytes is None or host_bytes_per_node <= cluster.host_memory_bytes:
+        return []
+    return [
+        Violation(
+            Rule.HOST_MEMORY,
+            f"offloaded states need {host_bytes_per_node / GIB_BYTES:.1f} GiB of host memory per node,"
+            f" the node has {cluster.host_memory_bytes / GIB_BYTES:.1f} GiB",
+        )
+    ]
 
 
 def violations(

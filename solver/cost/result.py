@@ -147,6 +147,7 @@ class Evaluation:
     peak_stage: int
     num_micro_batches: int
     profile_origins: dict[str, str] = field(default_factory=dict)
+    host_bytes_per_node: float = 0.0  # host memory offloaded states take on one node (solver.cost.offload)
 
     @property
     def peak_bytes(self) -> float:
@@ -164,6 +165,7 @@ class Evaluation:
             "per_stage": [
                 {"stage": s.stage, "peak_gib": s.peak_bytes / GIB_BYTES} for s in self.stages
             ],
+            "host_gib_per_node": self.host_bytes_per_node / GIB_BYTES,
         }
 
     def to_dict(self) -> dict:

@@ -30,8 +30,10 @@ from solver.cost.memory import (
     pipelined_sharding,
     reserve_bytes,
 )
+from solver.cost.offload import gpu_model_states, host_bytes_per_gpu, offload_buffer_bytes, offloads_params
 from solver.cost.profile import LayerProfile
 from solver.cost.result import StageMemory
+from solver.spec.dimensions import Offload
 from solver.spec.hardware import GpuSpec
 from solver.spec.legality import stage_layer_counts
 from solver.spec.model import ModelSpec
@@ -71,6 +73,7 @@ class StageCost:
     in_flight_micro_batches: float
     any_full_recompute: bool
     expert_parameter_count: int = 0  # of parameter_count, routed experts (sharded over dp x cp / ep)
+    host_bytes: float = 0.0  # host memory this GPU's offloaded states take (solver.cost.offload)
 
 
 @dataclass(frozen=True)
@@ -86,13 +89,14 @@ class StagePolicy:
     pp_size: int = 1  # under a pipeline ZeRO-2/3 keeps weights and gradients unsharded (memory.pipelined_sharding)
     ep_size: int = 1  # routed experts' states shard over dp_size / ep_size ranks (ParallelConfig.expert_dp_size)
     grad_bytes_per_param: int = GRAD_BYTES_PER_PARAM  # the stack's gradient dtype (TrainingSpec.grad_bytes_per_param)
+    offload: Offload = Offload.NONE  # what lives in host memory (ParallelConfig.offload)
 
     @staticmethod
     def of(gpu: GpuSpec, parallel: ParallelConfig, training: TrainingSpec, num_micro_batches: int) -> "StagePolicy":
         return StagePolicy(
             gpu, parallel.zero_stage, parallel.dp_cp_size, training.optimizer, num_micro_batches,
             Recompute.SELECTIVE if parallel.recompute is Recompute.SELECTIVE else Recompute.NONE,
-            parallel.pp_size, parallel.ep_size, training.grad_bytes_per_param,
+            parallel.pp_size, parallel.ep_size, training.grad_bytes_per_param, parallel.offload,
         )
 
     @property
@@ -132,8 +136,10 @@ def accumulated_parameter_count(parameter_count: float, zero_stage: ZeroStage, d
 
 def grad_accumulation_s(gpu: GpuSpec, parameter_count: float, policy: StagePolicy) -> float:
     """One micro-batch's gradient accumulation for ``parameter_count`` parameters (one kernel);
-    nothing with a single micro-batch, whose gradients are the result."""
-    if policy.num_micro_batches <= 1:
+    nothing with a single micro-batch, whose gradients are the result, and nothing on the GPU
+    with offload, whose gradients go down as backward produces them and are added into the
+    host's fp32 buffer by the CPU beside the next micro-batch (``solver.cost.offload``)."""
+    if policy.num_micro_batches <= 1 or policy.offload is not Offload.NONE:
         return 0.0
     accumulated = accumulated_parameter_count(parameter_count, policy.zero_stage, policy.dp_size, policy.pp_size)
     return elementwise_time_s(gpu, GRAD_ACCUMULATION_BYTES_PER_PARAM * accumulated)
@@ -151,6 +157,18 @@ def zero3_gather_buffer_bytes(
         return 0.0
     gathered = min(ZERO3_PREFETCHED_LAYERS * largest_layer_parameter_count, stage_parameter_count * (1 - 1 / dp_size))
     return gathered * WEIGHT_BYTES_PER_PARAM
+
+
+def stage_buffer_bytes(largest_layer_parameter_count: float, stage_parameter_count: float, policy: StagePolicy) -> float:
+    """The stage's parameter and gradient buffers: ZeRO-3's gathered weights, or with offload the
+    buffers its transfers go through (``solver.cost.offload.offload_buffer_bytes``; parameter
+    offload streams into the buffers ZeRO-3 would gather into, counted once)."""
+    offload = offload_buffer_bytes(largest_layer_parameter_count, stage_parameter_count, policy.offload, policy.grad_bytes_per_param)
+    if offloads_params(policy.offload):
+        return offload
+    return offload + zero3_gather_buffer_bytes(
+        largest_layer_parameter_count, stage_parameter_count, policy.zero_stage, policy.dp_size, policy.pp_size
+    )
 
 
 def extras_activation_bytes(in_flight: float, embedding: LayerProfile | None, head: LayerProfile | None) -> float:
@@ -184,18 +202,17 @@ def activation_bytes(in_flight: Any, kept_bytes: Any, working_bytes: Any) -> Any
 
 def state_bytes_per_parameter(parallel: ParallelConfig, training: TrainingSpec) -> float:
     """Bytes of model state per parameter on one GPU (weights + gradients + optimizer states),
-    ZeRO sharding over the dp x cp ranks that hold the same parameters."""
-    return sum(
-        model_state_bytes(1.0, parallel.zero_stage, parallel.dp_cp_size, training.optimizer, parallel.pp_size, training.grad_bytes_per_param).values()
-    )
+    ZeRO sharding over the dp x cp ranks that hold the same parameters; what is offloaded is not
+    on the GPU."""
+    states = model_state_bytes(1.0, parallel.zero_stage, parallel.dp_cp_size, training.optimizer, parallel.pp_size, training.grad_bytes_per_param)
+    return sum(gpu_model_states(states, parallel.offload).values())
 
 
 def expert_state_bytes_per_parameter(parallel: ParallelConfig, training: TrainingSpec) -> float:
     """``state_bytes_per_parameter`` for a routed expert's parameter: ZeRO shards it over the
     dp x cp / ep ranks that hold the same experts (``ParallelConfig.expert_dp_size``)."""
-    return sum(
-        model_state_bytes(1.0, parallel.zero_stage, parallel.expert_dp_size, training.optimizer, parallel.pp_size, training.grad_bytes_per_param).values()
-    )
+    states = model_state_bytes(1.0, parallel.zero_stage, parallel.expert_dp_size, training.optimizer, parallel.pp_size, training.grad_bytes_per_param)
+    return sum(gpu_model_states(states, parallel.offload).values())
 
 
 def stage_state_bytes(parameter_count: float, expert_parameter_count: float, policy: StagePolicy) -> dict[str, float]:
@@ -216,10 +233,16 @@ def stage_state_bytes(parameter_count: float, expert_parameter_count: float, pol
 def optimizer_step_s(gpu: GpuSpec, parameter_count: float, policy: StagePolicy, expert_parameter_count: float = 0) -> float:
     """The optimizer step over this GPU's shard (ZeRO-1+ shards the optimizer states; a routed
     expert's over the expert-data-parallel ranks)."""
-    shard = parameter_count
-    if policy.zero_stage >= ZeroStage.OS:
-        shard = (parameter_count - expert_parameter_count) / policy.dp_size + expert_parameter_count / policy.expert_dp_size
+    shard = optimizer_shard_parameter_count(parameter_count, policy, expert_parameter_count)
     return elementwise_time_s(gpu, optimizer_step_bytes_per_param(policy.optimizer) * shard, kernels=4)
+
+
+def optimizer_shard_parameter_count(parameter_count: float, policy: StagePolicy, expert_parameter_count: float = 0) -> float:
+    """Parameters whose optimizer states this GPU holds and steps: all of the stage's, or its ZeRO
+    shard (ZeRO-1+; a routed expert's over the expert-data-parallel ranks)."""
+    if policy.zero_stage >= ZeroStage.OS:
+        return (parameter_count - expert_parameter_count) / policy.dp_size + expert_parameter_count / policy.expert_dp_size
+    return parameter_count
 
 
 # --------------------------------------------------------------------------- one stage
@@ -250,7 +273,8 @@ def stage_cost(
     )
     largest = max((layer.parameter_count for layer, _ in everything), default=0)
     experts = sum(layer.expert_parameter_count for layer, _ in layers)
-    states = stage_state_bytes(params, experts, policy)
+    held = stage_state_bytes(params, experts, policy)
+    states = gpu_model_states(held, policy.offload)
     kept = sum(layer.kept_bytes(Recompute.FULL if full else base) for layer, full in layers)
     working = max((recompute_working_bytes(layer, Recompute.FULL if full else base) for layer, full in layers), default=0)
     allocated = dict(
@@ -259,7 +283,8 @@ def stage_cost(
         optimizer_states=states["optimizer_states"],
         activations=activation_bytes(in_flight, kept, working),
         embedding_and_logits=extras_activation_bytes(in_flight, embedding, head),
-        zero3_gather_buffers=zero3_gather_buffer_bytes(largest, params, policy.zero_stage, policy.dp_size, policy.pp_size),
+        zero3_gather_buffers=stage_buffer_bytes(largest, params, policy),
     )
     memory = StageMemory(**allocated, reserve=reserve_bytes(sum(allocated.values())))
-    return StageCost(time, memory, params, largest, in_flight, any(full for _, full in layers), experts)
+    host = host_bytes_per_gpu(held["optimizer_states"], policy.optimizer, policy.offload)
+    return StageCost(time, memory, params, largest, in_flight, any(full for _, full in layers), experts, host)

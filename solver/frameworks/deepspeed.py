@@ -32,7 +32,8 @@ from solver.frameworks.export import (
     render_shell,
     resplit,
 )
-from solver.spec.legality import uniform_partition
+from solver.spec.dimensions import Offload
+from solver.spec.legality import offload_zero_stage, uniform_partition
 from solver.spec.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding
 from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.rules import Rule, Violation
@@ -68,6 +69,25 @@ def violations(parallel: ParallelConfig) -> list[Violation]:
             Rule.FRAMEWORK_CP,
             f"Megatron-DeepSpeed has no ring context parallelism; cp_size {parallel.cp_size} is not available",
         ))
+    return out
+
+
+def zero_stage_written(parallel: ParallelConfig) -> int:
+    """The ZeRO stage ds_config.json and --zero-stage name: the plan's, raised to the one its
+    offload needs (offload_optimizer takes ZeRO-1+, offload_param ZeRO-3). Offload is legal below
+    that stage only at one data-parallel rank, where every stage is the same plan."""
+    return max(int(parallel.zero_stage), int(offload_zero_stage(parallel.offload)))
+
+
+def offload_settings(parallel: ParallelConfig) -> dict[str, Any]:
+    """ds_config's ``zero_optimization`` offload entries (DeepSpeed's DeepSpeedZeroOffloadOptimizerConfig
+    and DeepSpeedZeroOffloadParamConfig): the optimizer states and step to pinned host memory, and
+    with parameter offload the parameters too. NVMe is not planned (solver.cost.offload)."""
+    out: dict[str, Any] = {}
+    if parallel.offload is not Offload.NONE:
+        out["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if parallel.offload is Offload.OPTIMIZER_PARAMS:
+        out["offload_param"] = {"device": "cpu", "pin_memory": True}
     return out
 
 
@@ -165,15 +185,16 @@ def ds_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSp
     model's assumptions: gradients reduced about one layer at a time, and under ZeRO-3 the
     layer in use and the next one prefetched gathered at once (``ZERO3_GATHERED_LAYERS``)."""
     layer_elements = layer_weight_count(plan.model) // parallel.tp_size
+    stage = zero_stage_written(parallel)
     zero: dict[str, Any] = {
-        "stage": int(parallel.zero_stage),
+        "stage": stage,
         "overlap_comm": training.overlap_grad_reduce,
         "contiguous_gradients": True,
         "reduce_scatter": True,
-        "reduce_bucket_size": layer_elements if parallel.zero_stage >= ZeroStage.OS_G else DEFAULT_BUCKET_ELEMENTS,
+        "reduce_bucket_size": layer_elements if stage >= ZeroStage.OS_G else DEFAULT_BUCKET_ELEMENTS,
         "allgather_bucket_size": DEFAULT_BUCKET_ELEMENTS,
     }
-    if parallel.zero_stage == ZeroStage.OS_G_P:
+    if stage == ZeroStage.OS_G_P:
         del zero["allgather_bucket_size"]  # ZeRO-3 gathers by prefetch bucket instead
         zero.update({
             "stage3_prefetch_bucket_size": layer_elements,
@@ -181,6 +202,7 @@ def ds_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSp
             "stage3_max_reuse_distance": ZERO3_GATHERED_LAYERS * layer_elements,
             "stage3_param_persistence_threshold": PERSISTENCE_ELEMENTS_PER_HIDDEN * plan.model.hidden_size,
         })
+    zero.update(offload_settings(parallel))
     config: dict[str, Any] = {
         "train_batch_size": training.global_batch_size,
         "train_micro_batch_size_per_gpu": parallel.micro_batch_size,
@@ -248,7 +270,9 @@ def launcher_arguments(plan: PlanToExport, parallel: ParallelConfig, training: T
         args += [("--swiglu", None), ("--normalization", "rmsnorm"), ("--disable-bias-linear", None)]
     if not model.tied_embeddings:
         args.append(("--untie-embeddings-and-output-weights", None))
-    args += [("--deepspeed", None), ("--deepspeed_config", "ds_config.json"), ("--zero-stage", str(int(parallel.zero_stage)))]
+    if parallel.offload is not Offload.NONE:
+        args.append(("--cpu-optimizer", None))  # Megatron-DeepSpeed builds DeepSpeedCPUAdam, which offload_optimizer steps
+    args += [("--deepspeed", None), ("--deepspeed_config", "ds_config.json"), ("--zero-stage", str(zero_stage_written(parallel)))]
     return args
 
 
@@ -257,7 +281,8 @@ def export(plan: PlanToExport) -> Export:
     program = "pretrain_bert.py" if plan.model.architecture is Architecture.ENCODER else "pretrain_gpt.py"
     header = [
         f"Megatron-DeepSpeed launch for {plan.model.name} on {plan.num_gpus} GPUs ({plan.num_nodes} node(s) x {plan.processes_per_node}):"
-        f" dp {parallel.dp_size} x tp {parallel.tp_size} x pp {parallel.pp_size}, ZeRO-{int(parallel.zero_stage)}.",
+        f" dp {parallel.dp_size} x tp {parallel.tp_size} x pp {parallel.pp_size}, ZeRO-{zero_stage_written(parallel)}"
+        + (f", offload {parallel.offload.value} to host memory." if parallel.offload is not Offload.NONE else "."),
         "exact: the plan as planned." if not differences else "NOT exact: the nearest configuration DeepSpeed runs; see the differences.",
         "HOSTFILE lists the nodes (one 'host slots=N' line each); ds_config.json sits beside this script;",
         "add data, tokenizer, optimizer and checkpoint arguments in EXTRA_ARGS.",

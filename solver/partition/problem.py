@@ -44,8 +44,8 @@ from solver.cost.stage import (
     extras_activation_bytes,
     grad_accumulation_s,
     recompute_working_bytes,
+    stage_buffer_bytes,
     state_bytes_per_parameter,
-    zero3_gather_buffer_bytes,
 )
 from solver.spec.hardware import GpuSpec
 from solver.spec.parallel import ParallelConfig
@@ -203,7 +203,7 @@ def partition_problem(
     recompute are what is being chosen), from the stage terms of ``solver.cost.stage``: model
     states under ZeRO, in-flight activations, the recompute working set, embedding and logits,
     ZeRO-3 gather buffers, and the reserve (affine in what is allocated)."""
-    pp, v, dp = parallel.pp_size, parallel.virtual_stages, parallel.dp_cp_size  # ZeRO shards over dp x cp
+    pp, v = parallel.pp_size, parallel.virtual_stages
     gpu = gpu_spec
     policy = StagePolicy.of(gpu, parallel, training, num_micro_batches)
     embedding, head = profile.embedding, profile.head
@@ -221,7 +221,7 @@ def partition_problem(
     largest = max([*params, *(layer.parameter_count for layer in extras_all)], default=0)
     # Exact for one stage; with several, before their layers are known, the two-layer bound.
     everything = sum(params) + sum(layer.parameter_count for layer in extras_all) if pp == 1 else math.inf
-    gather_buffers = zero3_gather_buffer_bytes(largest, everything, parallel.zero_stage, dp, pp)
+    gather_buffers = stage_buffer_bytes(largest, everything, policy)
 
     # Gradient accumulation is one kernel per stage: its launch is a stage extra, and each
     # layer carries its share of the bytes.

@@ -53,6 +53,7 @@ from solver.search.space import (
     step_lower_bound_s,
 )
 from solver.search.validate import validate
+from solver.spec.dimensions import Offload
 from solver.spec.errors import SpecError, check_in_range
 from solver.spec.hardware import GPU_HOUR_PRICE_USD_RANGE
 from solver.spec.legality import uniform_partition
@@ -318,8 +319,25 @@ def _search_min_gpus(run: SearchRun, counts: list[int]) -> list[_Held]:
             run.stats.timed_out = True
             break
         plans = search_counts(run, fastest, [num_gpus], request.top_k - len(found), accept=meets, ceiling=deadline_s)
+        if not plans and offload_fallback(run):
+            # Fewer GPUs is the objective: offload where this count has no plan without it.
+            plans = search_counts(run, fastest, [num_gpus], request.top_k - len(found), accept=meets, ceiling=deadline_s)
+            run.offload_modes = (Offload.NONE,)
         found.extend(replace(h, value=float(h.num_gpus)) for h in plans)
     return found
+
+
+def offload_fallback(run: SearchRun) -> bool:
+    """Turn the run to offload (the optimizer, or the optimizer and the parameters) for a search that found
+    nothing without it: offload trades step time for memory, so it is planned only where nothing
+    fits otherwise (or, for min_gpus, where a GPU count has no plan otherwise). False where the
+    request names its offload values or the cluster cannot cost offload (no host facts)."""
+    if "offload" in run.request.constraints.allowed or not run.request.cluster.has_host_facts:
+        return False
+    if time.perf_counter() > run.deadline:
+        return False
+    run.offload_modes = (Offload.OPTIMIZER, Offload.OPTIMIZER_PARAMS)
+    return True
 
 
 def find_plans(request: SearchRequest) -> tuple[list[_Held], SearchRun]:
@@ -327,6 +345,8 @@ def find_plans(request: SearchRequest) -> tuple[list[_Held], SearchRun]:
     started = time.perf_counter()
     check_request(request)
     run = SearchRun(request, SearchStats(), started + request.time_budget_s)
+    if "offload" in request.constraints.allowed:
+        run.offload_modes = tuple(mode for mode in Offload if request.constraints.admits("offload", mode.value))
     counts = gpu_counts(request)
     if not counts:
         raise SpecError("constraints.num_gpus", "no GPU count fits both the constraint and the cluster")
@@ -334,6 +354,8 @@ def find_plans(request: SearchRequest) -> tuple[list[_Held], SearchRun]:
         held = _search_min_gpus(run, counts)
     else:
         held = search_counts(run, request, counts, request.top_k)
+        if not held and offload_fallback(run):
+            held = search_counts(run, request, counts, request.top_k)
     accepted = []
     for item in held:
         report = validate(request, item.parallel, item.evaluation, item.num_gpus)

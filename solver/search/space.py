@@ -19,8 +19,9 @@ from solver.frameworks import framework_violations
 from solver.partition.problem import layer_rows
 from solver.search.request import Objective, SearchRequest
 from solver.search.result import SearchStats
+from solver.spec.dimensions import Offload
 from solver.spec.errors import SpecError
-from solver.spec.legality import check_structure, placement_violations
+from solver.spec.legality import check_structure, offload_zero_stage, placement_violations
 from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.rules import Rule, Violation
 from solver.spec.training import Recompute, ZeroStage
@@ -54,6 +55,7 @@ class Shape:
     sequence_parallel: bool
     cp_size: int = 1
     ep_size: int = 1
+    offload: Offload = Offload.NONE
 
     @property
     def profile_shape(self) -> ProfileShape:
@@ -64,6 +66,7 @@ class Shape:
         return ParallelConfig(
             self.dp_size, self.tp_size, self.pp_size, ZeroStage(self.zero_stage), self.micro_batch_size,
             self.base_recompute, self.virtual_stages, self.sequence_parallel, cp_size=self.cp_size, ep_size=self.ep_size,
+            offload=self.offload,
         )
 
 
@@ -80,6 +83,9 @@ class SearchRun:
     closest: list[tuple[float, ParallelConfig, Evaluation]] = field(default_factory=list)  # memory misses
     partitions_exact: bool = True
     framework_rules: dict[tuple[int, int, int, int], list[Violation]] = field(default_factory=dict)  # (pp, zero, cp, ep) -> violations
+    # What the shapes may offload: none, unless the request names offload values; the search
+    # widens it where nothing fits without (solver.search.loop.offload_fallback).
+    offload_modes: tuple[Offload, ...] = (Offload.NONE,)
     profiles: "Profiles" = field(init=False)  # per-search profile caches
 
     def __post_init__(self) -> None:
@@ -188,13 +194,34 @@ def shapes(run: SearchRun, num_gpus: int):
                 else:
                     virtual.append(v)
             seq_par = [s for s in (False, True) if admits("sequence_parallel", s) and (tp > 1 or not s)]
-            for mb, zero, (base, full), v, sp in itertools.product(
-                micro_batches, zero_stages, _recompute_options(request), virtual, seq_par
+            offloads = offload_options(run, pp)
+            for mb, zero, (base, full), v, sp, offload in itertools.product(
+                micro_batches, zero_stages, _recompute_options(request), virtual, seq_par, offloads
             ):
                 if v > 1 and (per_replica // mb) % pp:
                     run.reject(Rule.INTERLEAVE_MICRO_BATCHES)
                     continue
-                yield Shape(num_gpus, dp, tp, pp, zero, mb, base, full, v, sp, cp, ep)
+                if dp * cp > 1 and zero < offload_zero_stage(offload):
+                    run.reject(Rule.OFFLOAD_NEEDS_ZERO)
+                    continue
+                yield Shape(num_gpus, dp, tp, pp, zero, mb, base, full, v, sp, cp, ep, offload)
+
+
+def offload_options(run: SearchRun, pp: int) -> list[Offload]:
+    """The offload modes a shape of ``pp`` stages may take: the run's, less those the cluster
+    cannot cost (no host facts) or that need one stage (``solver.spec.legality._check_offload``)."""
+    options = [Offload.NONE] if Offload.NONE in run.offload_modes else []
+    for mode in run.offload_modes:
+        if mode is Offload.NONE:
+            continue
+        if not run.request.cluster.has_host_facts:
+            run.reject(Rule.OFFLOAD_NEEDS_HOST)
+        elif pp > 1:
+            run.reject(Rule.OFFLOAD_WITH_PP)
+        else:
+            options.append(mode)
+    return options
+
 
 
 def is_legal(run: SearchRun, shape: Shape, coarse: bool = False) -> bool:

@@ -25,6 +25,22 @@ class Kind(str, Enum):
     ZERO = "zero"  # a ZeRO stage, 0-3
     RECOMPUTE = "recompute"  # none, selective, full
     FLAG = "flag"  # true or false
+    OFFLOAD = "offload"  # what lives in host memory: none, optimizer, optimizer+params
+
+
+class Offload(str, Enum):
+    """What is kept in host memory instead of the GPU's (``solver.cost.offload``).
+
+    OPTIMIZER: ZeRO-Offload (Ren et al. 2021, arXiv 2101.06840): fp32 master weights, momentum,
+    variance and gradients on the host, Adam stepped by the CPU, 16-bit gradients sent down and
+    16-bit parameters up over PCIe each step. OPTIMIZER_PARAMS: ZeRO-Infinity (Rajbhandari et
+    al. 2021, arXiv 2104.07857) also keeps the 16-bit parameters on the host and streams each
+    layer's up before it runs, as ZeRO-3 gathers them.
+    """
+
+    NONE = "none"
+    OPTIMIZER = "optimizer"
+    OPTIMIZER_PARAMS = "optimizer+params"
 
 
 @dataclass(frozen=True)
@@ -53,6 +69,8 @@ class Dimension:
             return int(value)
         if self.kind is Kind.RECOMPUTE:
             return Recompute(value).value
+        if self.kind is Kind.OFFLOAD:
+            return Offload(value).value
         return value
 
     def constraint_value(self, value: Any, field: str) -> Any:
@@ -66,6 +84,11 @@ class Dimension:
                 return Recompute(value).value
             except ValueError:
                 raise SpecError(field, f"expected one of none, selective, full, got {value!r}") from None
+        if self.kind is Kind.OFFLOAD:
+            try:
+                return Offload(value).value
+            except ValueError:
+                raise SpecError(field, f"expected one of {_OFFLOAD_NAMES}, got {value!r}") from None
         if isinstance(value, bool) or not isinstance(value, int):
             raise SpecError(field, f"expected an integer, got {value!r}")
         if self.kind is Kind.ZERO and value not in (0, 1, 2, 3):
@@ -82,6 +105,11 @@ class Dimension:
                 return Recompute(value)
             except ValueError:
                 raise SpecError(field, "expected one of none, selective, full") from None
+        if self.kind is Kind.OFFLOAD:
+            try:
+                return Offload(value)
+            except ValueError:
+                raise SpecError(field, f"expected one of {_OFFLOAD_NAMES}") from None
         if self.kind is Kind.ZERO:
             if isinstance(value, bool) or value not in (0, 1, 2, 3):
                 raise SpecError(field, f"must be 0, 1, 2 or 3, got {value!r}")
@@ -90,6 +118,8 @@ class Dimension:
             raise SpecError(field, "must be true or false")
         return value
 
+
+_OFFLOAD_NAMES = ", ".join(mode.value for mode in Offload)
 
 DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("dp_size", Kind.COUNT, "data-parallel replicas", relax_rank=5),
@@ -111,6 +141,12 @@ DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("recompute", Kind.RECOMPUTE, "activation recomputation: none, selective or full", relax_rank=0),
     Dimension("virtual_stages", Kind.COUNT, "model chunks per pipeline stage (interleaved 1F1B)", relax_rank=6),
     Dimension("sequence_parallel", Kind.FLAG, "sequence parallelism inside the tensor-parallel group", relax_rank=7),
+    # Never suggested by an explanation: the search itself turns to offload where nothing else fits.
+    Dimension(
+        "offload", Kind.OFFLOAD,
+        "what is kept in host memory: none; optimizer (ZeRO-Offload: fp32 optimizer states and gradients, Adam on the CPU);"
+        " optimizer+params (ZeRO-Infinity: 16-bit parameters too, streamed to the GPU layer by layer)",
+    ),
 )
 NUM_GPUS = Dimension("num_gpus", Kind.COUNT, "GPUs used (dp x tp x pp x cp)", of_config=False)
 PINNABLE: dict[str, Dimension] = {d.name: d for d in (*DIMENSIONS, NUM_GPUS)}

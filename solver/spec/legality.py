@@ -8,12 +8,13 @@ reported as violations and the optimizer never returns them.
 
 from __future__ import annotations
 
+from solver.spec.dimensions import Offload
 from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.rules import Rule, Violation
-from solver.spec.training import TrainingSpec
+from solver.spec.training import TrainingSpec, ZeroStage
 
 
 def uniform_partition(num_layers: int, num_chunks: int) -> tuple[int, ...]:
@@ -57,6 +58,7 @@ def check_structure(
             raise SpecError("parallel.tp_size", f"tp_size {tp} does not divide {what}={value}", Rule(f"tp_divides_{what}"))
     _check_context_parallel(training, parallel)
     _check_expert_parallel(model, parallel)
+    _check_offload(cluster, parallel)
     if not cluster.gpu.supports(training.precision):
         raise SpecError("training.precision", f"{cluster.gpu.name} has no {training.precision.value} tensor cores", Rule.PRECISION)
     per_replica = parallel.dp_size * parallel.micro_batch_size
@@ -133,6 +135,41 @@ def _check_context_parallel(training: TrainingSpec, parallel: ParallelConfig) ->
             f"cp_size {cp} needs fused attention (training.flash_attention): Megatron-core and torchtitan"
             " run the ring exchange only inside their fused attention kernels",
             Rule.CP_NEEDS_FUSED_ATTENTION,
+        )
+
+
+def offload_zero_stage(offload: Offload) -> ZeroStage:
+    """The ZeRO stage whose partition offload moves and steps over several data-parallel ranks:
+    ZeRO-2's for the optimizer (ZeRO-Offload Sec 4.2), ZeRO-3's with the parameters."""
+    return {Offload.NONE: ZeroStage.NONE, Offload.OPTIMIZER: ZeroStage.OS_G, Offload.OPTIMIZER_PARAMS: ZeroStage.OS_G_P}[offload]
+
+
+def _check_offload(cluster: ClusterSpec, parallel: ParallelConfig) -> None:
+    """Offload's structural rules (nothing to check without offload). The host's memory, PCIe and
+    memory bandwidth must be known to cost it. ZeRO-Offload and ZeRO-Infinity are described and
+    costed here for data and tensor parallelism (solver.cost.offload), not under a pipeline. With
+    several data-parallel ranks each offloads and steps its ZeRO partition: the gradients'
+    (ZeRO-2) for the optimizer, the parameters' (ZeRO-3) as well for parameter offload (DeepSpeed
+    takes offload_param only with stage 3); at one rank every stage is the same plan."""
+    offload = parallel.offload
+    if offload is Offload.NONE:
+        return
+    if not cluster.has_host_facts:
+        raise SpecError(
+            "parallel.offload",
+            f"offload {offload.value} needs the cluster's host_memory_gib, pcie_gbytes_per_s and host_memory_gbytes_per_s;"
+            f" {cluster.name} does not give them",
+            Rule.OFFLOAD_NEEDS_HOST,
+        )
+    if parallel.pp_size > 1:
+        raise SpecError("parallel.offload", f"offload {offload.value} is planned with pp_size 1, got {parallel.pp_size}", Rule.OFFLOAD_WITH_PP)
+    needed = offload_zero_stage(offload)
+    if parallel.dp_cp_size > 1 and parallel.zero_stage < needed:
+        raise SpecError(
+            "parallel.zero_stage",
+            f"offload {offload.value} over {parallel.dp_cp_size} data-parallel ranks needs ZeRO stage {int(needed)},"
+            f" got {int(parallel.zero_stage)}",
+            Rule.OFFLOAD_NEEDS_ZERO,
         )
 
 

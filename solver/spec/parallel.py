@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from solver.spec.dimensions import DIMENSIONS, Kind
+from solver.spec.dimensions import DIMENSIONS, Kind, Offload
 from solver.spec.errors import SpecError, check_positive_int
 from solver.spec.training import Recompute, ZeroStage
 
@@ -37,6 +37,7 @@ class ParallelConfig:
     full_recompute_layers: tuple[int, ...] | None = None
     cp_size: int = 1  # last: positional construction (dp, tp, pp, ...) predates it
     ep_size: int = 1  # expert parallelism: carved from the dp x cp ranks (``expert_dp_size``)
+    offload: Offload = Offload.NONE  # model states kept in host memory (solver.cost.offload)
 
     def __post_init__(self) -> None:
         for dimension in DIMENSIONS:
@@ -47,6 +48,7 @@ class ParallelConfig:
         except ValueError:
             raise SpecError("parallel.zero_stage", f"must be 0, 1, 2 or 3, got {self.zero_stage!r}") from None
         object.__setattr__(self, "recompute", Recompute(self.recompute))
+        object.__setattr__(self, "offload", Offload(self.offload))
         for name in PER_CHUNK_FIELDS:
             values = getattr(self, name)
             if values is not None:

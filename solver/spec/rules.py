@@ -31,6 +31,9 @@ class Rule(str, Enum):
     EP_NEEDS_EXPERTS = "ep_needs_experts"
     EP_DIVIDES_EXPERTS = "ep_divides_experts"
     EP_DIVIDES_DATA_PARALLEL = "ep_divides_data_parallel"
+    OFFLOAD_NEEDS_HOST = "offload_needs_host"
+    OFFLOAD_WITH_PP = "offload_with_pp"
+    OFFLOAD_NEEDS_ZERO = "offload_needs_zero"
     # Policy: costed, but a framework cannot run it or the request forbids it.
     TP_WITHIN_NODE = "tp_within_node"
     ZERO_WITH_PP = "zero_with_pp"
@@ -40,6 +43,7 @@ class Rule(str, Enum):
     FRAMEWORK_EP = "framework_ep"
     # Fit and objective.
     MEMORY = "memory"
+    HOST_MEMORY = "host_memory"
     DEADLINE = "deadline"
     # Search bookkeeping: nothing left after the request's own constraints; the validator
     # disagreeing with the search (never expected).
@@ -60,6 +64,10 @@ class Rule(str, Enum):
 _SUMMARIES = {
     Rule.MEMORY: "no configuration fits in GPU memory",
     Rule.DEADLINE: "no plan meets the deadline",
+    Rule.HOST_MEMORY: "what is offloaded does not fit in the nodes' host memory",
+    Rule.OFFLOAD_NEEDS_HOST: "offload needs the cluster's host memory, PCIe and host memory bandwidth",
+    Rule.OFFLOAD_WITH_PP: "offload is planned without pipeline parallelism (pp_size 1)",
+    Rule.OFFLOAD_NEEDS_ZERO: "offload partitions what it offloads as ZeRO does: stage 2 for the optimizer, 3 for parameters",
     Rule.TP_WITHIN_NODE: "tensor parallelism must stay inside a node (its NVLink domain, where that is larger or smaller)",
     Rule.ZERO_WITH_PP: "ZeRO-2/3 cannot be combined with pipeline parallelism",
     Rule.FRAMEWORK_ZERO: "the framework does not offer that ZeRO stage",

@@ -1,0 +1,158 @@
+"""Offload: model states kept in host memory instead of the GPU's, what that saves on the GPU, what
+it needs on the host, and what it costs in time.
+
+Sources: Ren et al. 2021, "ZeRO-Offload: Democratizing Billion-Scale Model Training" (arXiv
+2101.06840), Sec 3-4: of the 16 bytes per parameter of mixed-precision Adam, the GPU keeps the
+16-bit parameters (2) and the host the fp32 master weights, momentum and variance (12) and the
+fp32 gradients (4); backward's 16-bit gradients go down over PCIe as they are produced
+(overlapped with backward), the CPU runs Adam, and the 16-bit parameters come back up before the
+next forward. With data parallelism each rank offloads and steps only its ZeRO-2 partition
+(Sec 4.2). Its one-step delayed parameter update (DPU, Sec 4.1) is not modelled: the CPU step
+and the upload are charged after backward, as in its default schedule. Rajbhandari et al. 2021,
+"ZeRO-Infinity: Breaking the GPU Memory Wall for Extreme Scale Deep Learning" (arXiv
+2104.07857), Sec 5-6: the 16-bit parameters live on the host too and each layer's are brought
+to the GPU before it runs, in forward and again in backward, as ZeRO-3 gathers them, prefetched
+beside the previous layer's compute; each rank moves its own 1/dp partition over PCIe and the
+ranks all-gather them (ZeRO-3's all-gather, costed in ``solver.cost.schedule``).
+
+Offloading to NVMe and activation checkpoints offloaded to host memory are not modelled.
+"""
+
+from __future__ import annotations
+
+from solver.cost.memory import OPTIMIZER_BYTES_PER_PARAM, WEIGHT_BYTES_PER_PARAM, ZERO3_PREFETCHED_LAYERS
+from solver.spec.dimensions import Offload
+from solver.spec.errors import SpecError
+from solver.spec.hardware import ClusterSpec
+from solver.spec.rules import Rule
+from solver.spec.training import OptimizerKind
+
+# The host's fp32 gradient buffer the CPU optimizer reads (ZeRO-Offload Sec 3: "fp32 ... gradients"
+# on the CPU; DeepSpeed's stage-2 offload accumulates into a pinned fp32 buffer).
+HOST_GRAD_BYTES_PER_PARAM = 4
+# Fraction of nominal PCIe bandwidth a pinned host<->device copy reaches: CUDA's bandwidthTest
+# moves about 12-13 GB/s over a Gen3 x16 link (15.75 GB/s nominal) and about 25 GB/s over Gen4
+# x16 (31.5 GB/s), about 0.8 of nominal. Assumed for every generation (no Gen5 measurement in our
+# sources).
+PCIE_EFFICIENCY = 0.8
+# Fraction of a node's nominal DRAM bandwidth (channels x transfer rate, data/nodes.json) that a
+# streaming CPU kernel reaches: the 0.8 assumed for STREAM-style GPU kernels (hbm_efficiency),
+# taken for the host too (no STREAM measurement of these hosts in our sources).
+HOST_MEMORY_EFFICIENCY = 0.8
+# DeepSpeed's CPU-Adam (the AVX-vectorised kernel of ZeRO-Offload Sec 4.1) streams per parameter:
+# reads fp32 master weight, gradient, momentum and variance (16), writes weight, momentum and
+# variance (12) and the 16-bit copy sent back to the GPU (2) = 30 bytes. It is memory bound on
+# the host (Sec 4.1: vectorisation and tiling bring it to the memory's speed, 5-7x faster than
+# PyTorch's CPU Adam per DeepSpeed's ZeRO-Offload tutorial). SGD: 8 + 4 read, 8 + 2 written = 22.
+CPU_OPTIMIZER_BYTES_PER_PARAM = {OptimizerKind.ADAM: 30, OptimizerKind.SGD: 22}
+
+
+def offloads_params(offload: Offload) -> bool:
+    return offload is Offload.OPTIMIZER_PARAMS
+
+
+def gpu_model_states(states: dict[str, float], offload: Offload) -> dict[str, float]:
+    """What of a stage's model states (``solver.cost.memory.model_state_bytes``) stays on the GPU:
+    no optimizer states and no whole gradients once the optimizer is offloaded (the gradients
+    stream to the host as backward produces them: ``offload_buffer_bytes`` holds them on the way),
+    and no resident weights once the parameters are (they stream up layer by layer)."""
+    if offload is Offload.NONE:
+        return states
+    return {
+        "weights": 0.0 if offloads_params(offload) else states["weights"],
+        "gradients": 0.0,
+        "optimizer_states": 0.0,
+    }
+
+
+def offload_buffer_bytes(
+    largest_layer_parameter_count: float, stage_parameter_count: float, offload: Offload, grad_bytes_per_param: int
+) -> float:
+    """GPU buffers offload needs: one layer's gradients staged for the copy down (the bucket
+    ZeRO-Offload moves while backward goes on), and, with parameter offload, the 16-bit
+    parameters of the layer in use and the one prefetched (ZeRO-Infinity, as ZeRO-3's gather
+    buffers), never more than the stage's parameters (``stage_parameter_count`` = inf: before
+    the stage's layers are known)."""
+    if offload is Offload.NONE:
+        return 0.0
+    layer = min(largest_layer_parameter_count, stage_parameter_count)
+    buffers = grad_bytes_per_param * layer
+    if offloads_params(offload):
+        buffers += WEIGHT_BYTES_PER_PARAM * min(ZERO3_PREFETCHED_LAYERS * largest_layer_parameter_count, stage_parameter_count)
+    return buffers
+
+
+def host_bytes_per_gpu(optimizer_state_bytes: float, optimizer: OptimizerKind, offload: Offload) -> float:
+    """Host memory one GPU's offloaded states take, from what its optimizer states would take on
+    the GPU (``optimizer_state_bytes``, sharded as ZeRO shards them): those states, the fp32
+    gradients of the same shard, and with parameter offload its 16-bit parameters
+    (ZeRO-Offload Sec 3: 12 + 4 bytes per parameter on the host; ZeRO-Infinity: + 2)."""
+    if offload is Offload.NONE:
+        return 0.0
+    shard = optimizer_state_bytes / OPTIMIZER_BYTES_PER_PARAM[optimizer]
+    per_param = OPTIMIZER_BYTES_PER_PARAM[optimizer] + HOST_GRAD_BYTES_PER_PARAM
+    if offloads_params(offload):
+        per_param += WEIGHT_BYTES_PER_PARAM
+    return shard * per_param
+
+
+def gpus_sharing_host(cluster: ClusterSpec, num_gpus: int) -> int:
+    """GPUs of one node that the plan uses: they share its host memory and its CPUs."""
+    return min(cluster.gpus_per_node, num_gpus)
+
+
+def pcie_s(cluster: ClusterSpec, message_bytes: float) -> float:
+    """One GPU's copy of ``message_bytes`` to or from host memory over its PCIe link."""
+    if message_bytes <= 0:
+        return 0.0
+    return message_bytes / (_given(cluster.pcie_bytes_per_s) * PCIE_EFFICIENCY)
+
+
+def cpu_optimizer_step_s(cluster: ClusterSpec, shard_parameter_count: float, optimizer: OptimizerKind, num_gpus: int) -> float:
+    """The CPU optimizer step over one GPU's ``shard_parameter_count`` parameters, memory bound on
+    the host: every GPU of the node steps its shard at once, so each gets its share of the node's
+    DRAM bandwidth."""
+    share = _given(cluster.host_memory_bytes_per_s) * HOST_MEMORY_EFFICIENCY / gpus_sharing_host(cluster, num_gpus)
+    return CPU_OPTIMIZER_BYTES_PER_PARAM[optimizer] * shard_parameter_count / share
+
+
+def offload_exposed_s(
+    cluster: ClusterSpec, offload: Offload, shard_parameter_count: float, largest_layer_shard: float,
+    forward_s: float, backward_s: float, grad_bytes_per_param: int,
+) -> float:
+    """One micro-batch's PCIe traffic that compute does not hide, for one GPU whose shard (its
+    1/dp of the stage, as ZeRO partitions it) is ``shard_parameter_count`` parameters:
+    the 16-bit gradients sent down during backward (ZeRO-Offload Sec 4.1), and with parameter
+    offload the parameters brought up for forward and again for backward, prefetched beside the
+    compute except the first layer's (ZeRO-Infinity Sec 6). PCIe copies run on the copy
+    engines, so the compute beside them is not slowed."""
+    if offload is Offload.NONE:
+        return 0.0
+    grads_down_s = pcie_s(cluster, grad_bytes_per_param * shard_parameter_count)
+    if not offloads_params(offload):
+        return max(0.0, grads_down_s - backward_s)
+    params_up_s = pcie_s(cluster, WEIGHT_BYTES_PER_PARAM * shard_parameter_count)
+    first_layer_s = pcie_s(cluster, WEIGHT_BYTES_PER_PARAM * largest_layer_shard)
+    # PCIe is full duplex: backward's parameters up and gradients down share no direction.
+    return max(0.0, params_up_s - forward_s) + max(0.0, max(params_up_s, grads_down_s) - backward_s) + first_layer_s
+
+
+def offload_step_s(
+    cluster: ClusterSpec, offload: Offload, shard_parameter_count: float, optimizer: OptimizerKind, num_gpus: int
+) -> float:
+    """The step after the last backward for one GPU: the CPU optimizer over its shard, then (with
+    only the optimizer offloaded) its updated 16-bit parameters copied up (ZeRO-Offload Sec 4.1,
+    without DPU). With parameter offload they stay on the host for the next forward to stream."""
+    if offload is Offload.NONE:
+        return 0.0
+    step_s = cpu_optimizer_step_s(cluster, shard_parameter_count, optimizer, num_gpus)
+    if offloads_params(offload):
+        return step_s
+    return step_s + pcie_s(cluster, WEIGHT_BYTES_PER_PARAM * shard_parameter_count)
+
+
+def _given(value: float | None) -> float:
+    """A host figure ``check_structure`` has made sure of (Rule.OFFLOAD_NEEDS_HOST)."""
+    if value is None:
+        raise SpecError("cluster", "offload needs the cluster's host memory, PCIe and host memory bandwidth", Rule.OFFLOAD_NEEDS_HOST)
+    return value

@@ -1,0 +1,276 @@
+"""Offload (issue 16): optimizer states to host memory (ZeRO-Offload, Ren et al. 2021, arXiv
+2101.06840) and parameters too (ZeRO-Infinity, Rajbhandari et al. 2021, arXiv 2104.07857).
+
+Golden values are the papers' memory claims, on the node type they ran on (DGX-2: 16 V100 32GB,
+1.5 TB of host memory): ZeRO-Offload trains a 13B model on one V100 where PyTorch alone stops at
+about 1.4B (abstract: "over 13 billion parameters on a single GPU, a 10x increase in size compared
+to popular framework such as PyTorch"; "1.4B parameter model, the largest that can be trained
+without running out of memory"), and with model parallelism "over 70 billion parameters on a
+single DGX-2 box". The search uses offload only where nothing fits without it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+import catalog
+from catalog.loader import node_cluster_entry
+from solver.cost.evaluate import evaluate
+from solver.cost.memory import GIB_BYTES
+from solver.cost.offload import (
+    CPU_OPTIMIZER_BYTES_PER_PARAM,
+    HOST_MEMORY_EFFICIENCY,
+    PCIE_EFFICIENCY,
+    cpu_optimizer_step_s,
+    host_bytes_per_gpu,
+)
+from solver.cost.stage import state_bytes_per_parameter
+from solver.frameworks import ExportFormat, PlanToExport, export_plan
+from solver.search.loop import search
+from solver.search.request import Constraints, Objective, SearchRequest
+from solver.spec.dimensions import Offload
+from solver.spec.errors import SpecError
+from solver.spec.parallel import ParallelConfig, parallel_from_dict, parallel_to_dict
+from solver.spec.rules import Rule
+from solver.spec.training import OptimizerKind, Precision, Recompute, TrainingSpec, ZeroStage
+
+DGX2 = catalog.cluster_spec_from_dict(node_cluster_entry("dgx2-v100", 16))  # ZeRO-Offload's node
+V100_CAPACITY_GIB = 32  # V100 SXM3 32GB
+# GPT-2-style training as in ZeRO-Offload's evaluation: fp16 mixed precision, 1024-token sequences.
+TRAINING = TrainingSpec(global_batch_size=32, seq_length=1024, precision=Precision.FP16)
+ONE_GPU = ParallelConfig(micro_batch_size=1, recompute=Recompute.FULL)
+
+
+def _fits(model: str, parallel: ParallelConfig, num_gpus: int = 1) -> bool:
+    return evaluate(catalog.get_model(model), DGX2, TRAINING, parallel, num_gpus=num_gpus).feasible
+
+
+# --------------------------------------------------------------------------- host facts
+
+
+def test_catalog_nodes_carry_sourced_host_facts():
+    for name in ("dgx1-v100", "dgx2-v100", "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "hgx-h200"):
+        entry = catalog.get_entry("nodes", name)
+        for key in ("host_memory_gib", "pcie_gbytes_per_s", "host_memory_gbytes_per_s"):
+            assert entry[key] > 0 and entry["sources"][key], (name, key)
+        assert catalog.cluster_spec_from_dict(node_cluster_entry(name, None)).has_host_facts
+    assert DGX2.host_memory_bytes == 1536 * GIB_BYTES  # DGX-2 datasheet: 1.5 TB
+    assert DGX2.pcie_bytes_per_s == 16e9  # PCIe Gen3 x16, one way
+    # A cluster that does not state them (inline specs, the other built-in nodes) cannot offload.
+    assert not catalog.cluster_spec_from_dict(node_cluster_entry("mi300x-platform", None)).has_host_facts
+
+
+# --------------------------------------------------------------------------- memory: golden values
+
+
+def test_optimizer_offload_keeps_only_the_16_bit_weights_on_the_gpu():
+    """ZeRO-Offload Sec 3: of mixed-precision Adam's 16 bytes per parameter the GPU keeps the
+    16-bit parameters (2); the host holds fp32 master weights, momentum and variance (12) and
+    the fp32 gradients (4)."""
+    training = TrainingSpec(global_batch_size=8, seq_length=1024)
+    assert state_bytes_per_parameter(ParallelConfig(), training) == 16
+    assert state_bytes_per_parameter(ParallelConfig(offload=Offload.OPTIMIZER), training) == 2
+    assert state_bytes_per_parameter(ParallelConfig(offload=Offload.OPTIMIZER_PARAMS), training) == 0
+    optimizer_states_one_param = 12.0
+    assert host_bytes_per_gpu(optimizer_states_one_param, OptimizerKind.ADAM, Offload.OPTIMIZER) == 16
+    assert host_bytes_per_gpu(optimizer_states_one_param, OptimizerKind.ADAM, Offload.OPTIMIZER_PARAMS) == 18
+    # With data parallelism each rank offloads its ZeRO-2 partition (ZeRO-Offload Sec 4.2).
+    sharded = state_bytes_per_parameter(ParallelConfig(dp_size=8, zero_stage=ZeroStage.OS_G, offload=Offload.OPTIMIZER), training)
+    assert sharded == 2
+
+
+def test_13b_on_one_v100_only_with_offload_and_14b_pytorch_limit():
+    """ZeRO-Offload's headline: 13B trains on one V100 32GB with offload; without it the largest is
+    about 1.4B (gpt3-1.3b fits, gpt3-2.7b does not); a 20B model is out of reach even with
+    optimizer offload (its 16-bit weights alone are 41 GB)."""
+    offload = replace(ONE_GPU, offload=Offload.OPTIMIZER)
+    assert _fits("gpt3-13b", offload)
+    assert not _fits("gpt3-13b", ONE_GPU)
+    assert _fits("gpt3-1.3b", ONE_GPU)
+    assert not _fits("gpt3-2.7b", ONE_GPU)
+    assert not _fits("gpt-neox-20b", offload)
+    ev = evaluate(catalog.get_model("gpt3-13b"), DGX2, TRAINING, offload, num_gpus=1)
+    memory = ev.stages[0].memory_bytes
+    assert memory["optimizer_states"] == 0 and memory["gradients"] == 0
+    assert memory["weights"] == pytest.approx(2 * ev.stages[0].parameter_count)
+    assert ev.peak_bytes <= V100_CAPACITY_GIB * GIB_BYTES
+    # 12.9B parameters x 16 bytes on the host (ZeRO-Offload Sec 3): about 192 GiB.
+    assert ev.host_bytes_per_node == pytest.approx(16 * ev.stages[0].parameter_count)
+
+
+def test_70b_on_one_dgx2_with_model_parallelism_and_offload():
+    """ZeRO-Offload abstract: with model parallelism, over 70B parameters on a single DGX-2 (16
+    V100 32GB), 4.5x what model parallelism alone trains there. tp 8 x dp 2 here."""
+    base = ParallelConfig(dp_size=2, tp_size=8, micro_batch_size=1, recompute=Recompute.FULL, sequence_parallel=True)
+    assert not _fits("llama2-70b", replace(base, zero_stage=ZeroStage.OS_G_P), 16)
+    assert _fits("llama2-70b", replace(base, zero_stage=ZeroStage.OS_G, offload=Offload.OPTIMIZER), 16)
+    ev = evaluate(catalog.get_model("llama2-70b"), DGX2, TRAINING, replace(base, zero_stage=ZeroStage.OS_G, offload=Offload.OPTIMIZER))
+    assert ev.host_bytes_per_node <= DGX2.host_memory_bytes
+
+
+def test_parameter_offload_streams_weights_through_two_layer_buffers():
+    """ZeRO-Infinity: no resident weights; the layer in use and the one prefetched are on the GPU,
+    as ZeRO-3's gather buffers; the host holds 2 more bytes per parameter."""
+    model = catalog.get_model("gpt3-13b")
+    ev = evaluate(model, DGX2, TRAINING, replace(ONE_GPU, offload=Offload.OPTIMIZER_PARAMS), num_gpus=1)
+    memory = ev.stages[0].memory_bytes
+    layer = max(ev.stages[0].parameter_count / model.num_layers, 0)
+    assert memory["weights"] == 0
+    # two layers of 16-bit weights, one layer's 16-bit gradients on their way down (the largest
+    # layer is the embedding's 0.26B of the 12.9B; buffers are of that size)
+    assert memory["zero3_gather_buffers"] > 2 * 2 * layer
+    assert ev.host_bytes_per_node == pytest.approx(18 * ev.stages[0].parameter_count)
+
+
+def test_a_plan_that_overflows_the_host_is_infeasible_naming_host_memory():
+    parallel = ParallelConfig(
+        dp_size=2, tp_size=8, zero_stage=ZeroStage.OS_G_P, micro_batch_size=1, recompute=Recompute.FULL,
+        sequence_parallel=True, offload=Offload.OPTIMIZER_PARAMS,
+    )
+    ev = evaluate(catalog.get_model("gpt3-175b"), DGX2, TRAINING, parallel)
+    assert not ev.feasible
+    assert [v.rule for v in ev.violations] == [Rule.HOST_MEMORY]
+    assert "1536.0 GiB" in ev.violations[0].text
+    # 175B x 18 bytes over one node's 16 GPUs: about 2,900 GiB of 1,536.
+    assert ev.host_bytes_per_node == pytest.approx(18 * 175e9, rel=0.02)
+
+
+# --------------------------------------------------------------------------- time
+
+
+def test_the_cpu_step_streams_the_shard_at_the_hosts_memory_bandwidth():
+    shard = 1e9
+    alone = cpu_optimizer_step_s(DGX2, shard, OptimizerKind.ADAM, 1)
+    assert alone == pytest.approx(CPU_OPTIMIZER_BYTES_PER_PARAM[OptimizerKind.ADAM] * shard / (256e9 * HOST_MEMORY_EFFICIENCY))
+    # Sixteen GPUs of a node step their shards at once, each with a sixteenth of the bandwidth.
+    assert cpu_optimizer_step_s(DGX2, shard, OptimizerKind.ADAM, 16) == pytest.approx(16 * alone)
+
+
+def test_offload_costs_the_cpu_step_and_the_parameter_upload():
+    model = catalog.get_model("gpt3-1.3b")
+    # 8 sequences a micro-batch: backward outlasts the copy of its 2.6 GB of gradients.
+    parallel = replace(ONE_GPU, micro_batch_size=8)
+    none = evaluate(model, DGX2, TRAINING, parallel, num_gpus=1).prediction
+    offloaded = evaluate(model, DGX2, TRAINING, replace(parallel, offload=Offload.OPTIMIZER), num_gpus=1)
+    params = offloaded.stages[0].parameter_count
+    step = offloaded.prediction.breakdown_s
+    cpu_s = 30 * params / (256e9 * HOST_MEMORY_EFFICIENCY)
+    upload_s = 2 * params / (16e9 * PCIE_EFFICIENCY)
+    assert step["optimizer_s"] == pytest.approx(cpu_s + upload_s)
+    # Gradients go down during backward, hidden by it; nothing is accumulated on the GPU.
+    assert step["dp_comm_exposed_s"] == 0 and step["grad_accumulation_s"] == 0
+    assert step["compute_s"] == pytest.approx(none.breakdown_s["compute_s"])
+    assert offloaded.prediction.step_time_s > none.step_time_s - none.breakdown_s["grad_accumulation_s"]
+    # One sequence a micro-batch: 32 copies of the gradients down, each longer than its backward.
+    small = evaluate(model, DGX2, TRAINING, replace(ONE_GPU, offload=Offload.OPTIMIZER), num_gpus=1).prediction.breakdown_s
+    assert small["dp_comm_exposed_s"] > 0
+
+
+def test_parameter_offload_exposes_what_compute_cannot_hide():
+    model = catalog.get_model("gpt3-1.3b")
+    slow_pcie = replace(DGX2, pcie_bytes_per_s=1e8)  # 0.1 GB/s: nothing hides it
+    parallel = replace(ONE_GPU, offload=Offload.OPTIMIZER_PARAMS)
+    fast = evaluate(model, DGX2, TRAINING, parallel, num_gpus=1).prediction.breakdown_s
+    slow = evaluate(model, slow_pcie, TRAINING, parallel, num_gpus=1).prediction.breakdown_s
+    assert slow["dp_comm_exposed_s"] > 10 * max(fast["dp_comm_exposed_s"], 1e-3)
+
+
+# --------------------------------------------------------------------------- legality
+
+
+def test_offload_rules_are_named():
+    model = catalog.get_model("gpt3-1.3b")
+    cases = [
+        (DGX2, ParallelConfig(pp_size=2, offload=Offload.OPTIMIZER), Rule.OFFLOAD_WITH_PP),
+        (DGX2, ParallelConfig(dp_size=2, zero_stage=ZeroStage.OS, offload=Offload.OPTIMIZER), Rule.OFFLOAD_NEEDS_ZERO),
+        (DGX2, ParallelConfig(dp_size=2, zero_stage=ZeroStage.OS_G, offload=Offload.OPTIMIZER_PARAMS), Rule.OFFLOAD_NEEDS_ZERO),
+        (replace(DGX2, pcie_bytes_per_s=None), ParallelConfig(offload=Offload.OPTIMIZER), Rule.OFFLOAD_NEEDS_HOST),
+    ]
+    for cluster, parallel, rule in cases:
+        with pytest.raises(SpecError) as error:
+            evaluate(model, cluster, TRAINING, parallel)
+        assert error.value.rule is rule
+
+
+def test_the_parallel_object_carries_offload():
+    parallel = ParallelConfig(offload=Offload.OPTIMIZER_PARAMS)
+    assert parallel_to_dict(parallel)["offload"] == "optimizer+params"
+    assert parallel_from_dict({"offload": "optimizer"}).offload is Offload.OPTIMIZER
+    assert parallel_to_dict(ParallelConfig())["offload"] == "none"
+    with pytest.raises(SpecError) as error:
+        parallel_from_dict({"offload": "nvme"})
+    assert error.value.field == "parallel.offload"
+
+
+# --------------------------------------------------------------------------- search
+
+
+def test_search_offloads_13b_on_one_v100_and_not_what_fits_without():
+    thirteen = search(SearchRequest(catalog.get_model("gpt3-13b"), DGX2, TRAINING, num_gpus=1))
+    assert thirteen.status == "succeeded"
+    assert thirteen.best.parallel.offload is not Offload.NONE
+    small = search(SearchRequest(catalog.get_model("gpt3-1.3b"), DGX2, TRAINING, num_gpus=1))
+    assert small.status == "succeeded" and all(c.parallel.offload is Offload.NONE for c in small.candidates)
+
+
+def test_search_without_host_facts_or_with_offload_pinned_off_stays_infeasible():
+    model = catalog.get_model("gpt3-13b")
+    pinned = search(SearchRequest(model, DGX2, TRAINING, num_gpus=1, constraints=Constraints.parse({"offload": "none"})))
+    assert pinned.status == "infeasible"
+    bare = replace(DGX2, host_memory_bytes=None)
+    assert search(SearchRequest(model, bare, TRAINING, num_gpus=1)).status == "infeasible"
+    # A request may ask for offload outright.
+    asked = search(SearchRequest(
+        catalog.get_model("gpt3-1.3b"), DGX2, TRAINING, num_gpus=1, constraints=Constraints.parse({"offload": "optimizer"})
+    ))
+    assert asked.status == "succeeded" and asked.best.parallel.offload is Offload.OPTIMIZER
+
+
+def test_70b_on_a_dgx2_is_found_with_offload():
+    request = SearchRequest(
+        catalog.get_model("llama2-70b"), DGX2, TRAINING, num_gpus=16,
+        constraints=Constraints.parse({"tp_size": 8, "micro_batch_size": 1}),
+    )
+    result = search(request)
+    assert result.status == "succeeded" and result.best.parallel.offload is Offload.OPTIMIZER
+
+
+def test_min_gpus_offloads_to_use_fewer_gpus():
+    training = replace(TRAINING, train_tokens=32 * 1024 * 100)
+    result = search(SearchRequest(catalog.get_model("gpt3-13b"), DGX2, training, objective=Objective.MIN_GPUS, deadline_s=1e6))
+    assert result.best.parallel.num_gpus == 1 and result.best.parallel.offload is not Offload.NONE
+
+
+# --------------------------------------------------------------------------- exports
+
+
+def _ds_config(export) -> dict:
+    return json.loads(next(f for f in export.files if f.name == "ds_config.json").text)
+
+
+@pytest.mark.parametrize(("offload", "stage"), [(Offload.OPTIMIZER, 2), (Offload.OPTIMIZER_PARAMS, 3)])
+def test_deepspeed_export_writes_offload_and_deepspeed_reads_it(offload, stage):
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    from deepspeed.runtime.zero.offload_config import OffloadDeviceEnum
+
+    plan = PlanToExport(catalog.get_model("gpt3-13b"), TRAINING, replace(ONE_GPU, offload=offload), 1)
+    export = export_plan(plan, ExportFormat.DEEPSPEED)
+    assert export.exact
+    zero = DeepSpeedZeroConfig(**_ds_config(export)["zero_optimization"])
+    assert zero.stage == stage
+    assert zero.offload_optimizer is not None and zero.offload_optimizer.device == OffloadDeviceEnum.cpu
+    assert zero.offload_optimizer.pin_memory
+    assert (zero.offload_param is not None) is (offload is Offload.OPTIMIZER_PARAMS)
+    if zero.offload_param is not None:
+        assert zero.offload_param.device == OffloadDeviceEnum.cpu
+    script = next(f for f in export.files if f.name == "launch.sh").text
+    assert "--cpu-optimizer" in script and f"--zero-stage {stage}" in script
+
+
+def test_deepspeed_export_without_offload_is_unchanged():
+    plan = PlanToExport(catalog.get_model("gpt3-1.3b"), TRAINING, ONE_GPU, 1)
+    config = _ds_config(export_plan(plan, ExportFormat.DEEPSPEED))
+    assert "offload_optimizer" not in config["zero_optimization"] and config["zero_optimization"]["stage"] == 0
