@@ -7,8 +7,9 @@ through the public solver API and prints predicted vs measured throughput, the s
 the mean absolute percentage error (MAPE).
 
 First the headline: the 22 records the bench held before it grew (``headline`` in
-run_inputs.json), which tests/test_accuracy.py guards. Then the grown bench: every other record
-row by row, a table per family (a family is a source: megatron2021, bloom, vtrain, ...) with n,
+run_inputs.json), which tests/test_accuracy.py guards. Then the grown bench (with the Blackwell
+runs of bench/data/published_runs_blackwell.json, issue 16): every other record row by row, a
+table per family (a family is a source: megatron2021, bloom, mbridge-gb300, vtrain, ...) with n,
 MAPE, signed mean error and worst run, vTrain's per-model Spearman rank correlation of iteration
 times, and the records the planner cannot express, each with its reason (a to-do list).
 """
@@ -41,6 +42,7 @@ from solver.spec.training import Framework, Recompute, TrainingSpec, ZeroStage
 DATA = Path(__file__).parent / "data"
 MAPE_TARGET = 0.10
 WORST_TARGET = 0.20
+BLACKWELL_FAMILY_TARGET = 0.15  # issue 16: MAPE per family of the Blackwell runs
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,13 @@ class RunResult:
 
 def load_records() -> list[dict]:
     return json.loads((DATA / "published_runs.json").read_text())
+
+
+def load_blackwell_records() -> list[dict]:
+    """The published Blackwell pre-training runs (Megatron-Bridge's performance summary: Llama 3
+    on B200, GB200 NVL72 and GB300 NVL72 in FP8, MXFP8 and NVFP4; issue 16), each naming its
+    catalog model (``model.catalog``)."""
+    return list(json.loads((DATA / "published_runs_blackwell.json").read_text())["runs"])
 
 
 def load_inputs() -> dict:
@@ -93,9 +102,14 @@ def _shape(record: dict, settings: dict) -> Any:
     return {**record["model"], **settings.get("model_shape", {})}
 
 
+def _catalog_model(record: dict, settings: dict) -> str | None:
+    """The catalog model the record's settings name, else the one the record names itself."""
+    return settings.get("model") or record["model"].get("catalog")
+
+
 def _model_for(record: dict, settings: dict) -> ModelSpec | None:
-    if settings.get("model"):
-        return catalog.get_model(settings["model"])
+    if _catalog_model(record, settings):
+        return catalog.get_model(str(_catalog_model(record, settings)))
     shape = _shape(record, settings)
     if shape.get("layers") is None or shape.get("hidden") is None:
         return None
@@ -117,9 +131,14 @@ def _model_for(record: dict, settings: dict) -> ModelSpec | None:
 
 
 def _cluster_for(record: dict, settings: dict):
+    """The record's cluster: enough nodes of its node type for its GPUs, in whole NVLink domains
+    where a domain spans several nodes (a GB200/GB300 NVL72 rack of 18 four-GPU trays), as the
+    catalog sizes a node type named with a GPU count (catalog.node_cluster_entry); the run uses
+    its GPU count of them, filling the domains in rank order."""
     node = catalog.get_entry("nodes", settings["node"])
     gpus = record["cluster"]["gpus"]
-    spec = {**node, "num_nodes": max(1, math.ceil(gpus / node["gpus_per_node"]))}
+    unit = max(node["gpus_per_node"], node.get("nvlink_domain_gpus") or node["gpus_per_node"])
+    spec = {**node, "num_nodes": max(1, math.ceil(gpus / unit)) * unit // node["gpus_per_node"]}
     if settings.get("inter_node_gbytes_per_s"):
         spec["inter_node_gbytes_per_s"] = settings["inter_node_gbytes_per_s"]
     return catalog.cluster_spec_from_dict(spec)
@@ -252,7 +271,7 @@ def training_for(record: dict, settings: dict, model: ModelSpec, padded: bool = 
 def not_expressible(record: dict, settings: dict) -> str:
     """Why the planner cannot evaluate the record as published, or "" when it can."""
     shape, par, measured = _shape(record, settings), record["parallel"], record["measured"]
-    has_catalog_model = bool(settings.get("model"))
+    has_catalog_model = bool(_catalog_model(record, settings))
     if settings.get("not_expressible"):
         return settings["not_expressible"]
     if not has_catalog_model and (shape.get("layers") is None or shape.get("hidden") is None):
@@ -287,14 +306,17 @@ def evaluate_record(record: dict, inputs: dict) -> RunResult:
     global_batch = training.global_batch_size
     framework = Framework(settings.get("framework", "any"))
     ranked: list[tuple[tuple[bool, float], ParallelConfig, Evaluation]] = []
+    illegal: list[str] = []
     for parallel in _candidates(record, settings, model, global_batch, cluster.gpus_per_node):
         try:
             ev = evaluate(model, cluster, training, parallel, num_gpus=gpus, framework=framework)
-        except SpecError:
+        except SpecError as error:
+            illegal.append(str(error))
             continue
         ranked.append(((ev.feasible, ev.prediction.tokens_per_s), parallel, ev))
     if not ranked:
-        return RunResult(record["id"], metric[0], metric[1], None, "", skipped="no legal configuration", family=family)
+        why = "no legal configuration" + (f" ({illegal[0]})" if illegal else "")
+        return RunResult(record["id"], metric[0], metric[1], None, "", skipped=why, family=family)
     # The fastest feasible candidate (the first of equals) whose batches of the longest samples
     # still fit in memory; else the fastest candidate, flagged.
     ranked.sort(key=lambda candidate: candidate[0], reverse=True)
@@ -339,8 +361,9 @@ def evaluate_all() -> list[RunResult]:
 
 
 def bench_records() -> list[dict]:
-    """Every record of the grown bench: the published runs, then vTrain's public rows."""
-    return load_records() + vtrain.load_records()
+    """Every record of the grown bench: the published runs, the Blackwell runs, then vTrain's
+    public rows."""
+    return load_records() + load_blackwell_records() + vtrain.load_records()
 
 
 def evaluate_bench() -> list[RunResult]:
@@ -435,6 +458,13 @@ def print_grown_bench(results: list[RunResult], headline: set[str]) -> None:
         f"macro MAPE over {len(rows) - 1} families: {macro_mape(rows):.1%} (issue 13 target <= 8%); "
         f"families above 12%: {', '.join(over_12) or 'none'}; "
         f"worst run {max(abs(row.worst_error) for row in rows):.1%} (target <= 25%)"
+    )
+    blackwell = {record["id"] for record in load_blackwell_records()}
+    blackwell_rows = family_table([r for r in results if r.run_id in blackwell])[:-1]
+    print(
+        f"Blackwell (issue 16): {sum(row.count for row in blackwell_rows)} of {len(blackwell)} runs evaluated; "
+        + ", ".join(f"{row.family} {row.mape:.1%}" for row in blackwell_rows)
+        + f" (target <= {BLACKWELL_FAMILY_TARGET:.0%} per family)"
     )
     infeasible = [r.run_id for r in evaluated if "INFEASIBLE" in r.filled]
     if infeasible:
