@@ -42,6 +42,9 @@ V100_CAPACITY_GIB = 32  # V100 SXM3 32GB
 # GPT-2-style training as in ZeRO-Offload's evaluation: fp16 mixed precision, 1024-token sequences.
 TRAINING = TrainingSpec(global_batch_size=32, seq_length=1024, precision=Precision.FP16)
 ONE_GPU = ParallelConfig(micro_batch_size=1, recompute=Recompute.FULL)
+# ZeRO-Offload on one GPU: DeepSpeed's stage-2 offload, gradients streamed to the host.
+ZERO_OFFLOAD = replace(ONE_GPU, zero_stage=ZeroStage.OS_G, offload=Offload.OPTIMIZER)
+ZERO_INFINITY = replace(ONE_GPU, zero_stage=ZeroStage.OS_G_P, offload=Offload.OPTIMIZER_PARAMS)
 
 
 def _fits(model: str, parallel: ParallelConfig, num_gpus: int = 1) -> bool:
@@ -72,8 +75,10 @@ def test_optimizer_offload_keeps_only_the_16_bit_weights_on_the_gpu():
     the fp32 gradients (4)."""
     training = TrainingSpec(global_batch_size=8, seq_length=1024)
     assert state_bytes_per_parameter(ParallelConfig(), training) == 16
-    assert state_bytes_per_parameter(ParallelConfig(offload=Offload.OPTIMIZER), training) == 2
-    assert state_bytes_per_parameter(ParallelConfig(offload=Offload.OPTIMIZER_PARAMS), training) == 0
+    assert state_bytes_per_parameter(ZERO_OFFLOAD, training) == 2
+    assert state_bytes_per_parameter(ZERO_INFINITY, training) == 0
+    # ZeRO-0/1 keep the 16-bit gradients on the GPU until the step (Megatron-core's optimizer offload).
+    assert state_bytes_per_parameter(ParallelConfig(offload=Offload.OPTIMIZER), training) == 4
     optimizer_states_one_param = 12.0
     assert host_bytes_per_gpu(optimizer_states_one_param, OptimizerKind.ADAM, Offload.OPTIMIZER) == 16
     assert host_bytes_per_gpu(optimizer_states_one_param, OptimizerKind.ADAM, Offload.OPTIMIZER_PARAMS) == 18
@@ -86,9 +91,10 @@ def test_13b_on_one_v100_only_with_offload_and_14b_pytorch_limit():
     """ZeRO-Offload's headline: 13B trains on one V100 32GB with offload; without it the largest is
     about 1.4B (gpt3-1.3b fits, gpt3-2.7b does not); a 20B model is out of reach even with
     optimizer offload (its 16-bit weights alone are 41 GB)."""
-    offload = replace(ONE_GPU, offload=Offload.OPTIMIZER)
+    offload = ZERO_OFFLOAD
     assert _fits("gpt3-13b", offload)
     assert not _fits("gpt3-13b", ONE_GPU)
+    assert not _fits("gpt3-13b", replace(ONE_GPU, offload=Offload.OPTIMIZER))  # gradients kept: 26 GB more
     assert _fits("gpt3-1.3b", ONE_GPU)
     assert not _fits("gpt3-2.7b", ONE_GPU)
     assert not _fits("gpt-neox-20b", offload)
@@ -115,7 +121,7 @@ def test_parameter_offload_streams_weights_through_two_layer_buffers():
     """ZeRO-Infinity: no resident weights; the layer in use and the one prefetched are on the GPU,
     as ZeRO-3's gather buffers; the host holds 2 more bytes per parameter."""
     model = catalog.get_model("gpt3-13b")
-    ev = evaluate(model, DGX2, TRAINING, replace(ONE_GPU, offload=Offload.OPTIMIZER_PARAMS), num_gpus=1)
+    ev = evaluate(model, DGX2, TRAINING, ZERO_INFINITY, num_gpus=1)
     memory = ev.stages[0].memory_bytes
     layer = max(ev.stages[0].parameter_count / model.num_layers, 0)
     assert memory["weights"] == 0
@@ -154,7 +160,7 @@ def test_offload_costs_the_cpu_step_and_the_parameter_upload():
     # 8 sequences a micro-batch: backward outlasts the copy of its 2.6 GB of gradients.
     parallel = replace(ONE_GPU, micro_batch_size=8)
     none = evaluate(model, DGX2, TRAINING, parallel, num_gpus=1).prediction
-    offloaded = evaluate(model, DGX2, TRAINING, replace(parallel, offload=Offload.OPTIMIZER), num_gpus=1)
+    offloaded = evaluate(model, DGX2, TRAINING, replace(ZERO_OFFLOAD, micro_batch_size=8), num_gpus=1)
     params = offloaded.stages[0].parameter_count
     step = offloaded.prediction.breakdown_s
     cpu_s = 30 * params / (256e9 * HOST_MEMORY_EFFICIENCY)
@@ -165,14 +171,18 @@ def test_offload_costs_the_cpu_step_and_the_parameter_upload():
     assert step["compute_s"] == pytest.approx(none.breakdown_s["compute_s"])
     assert offloaded.prediction.step_time_s > none.step_time_s - none.breakdown_s["grad_accumulation_s"]
     # One sequence a micro-batch: 32 copies of the gradients down, each longer than its backward.
-    small = evaluate(model, DGX2, TRAINING, replace(ONE_GPU, offload=Offload.OPTIMIZER), num_gpus=1).prediction.breakdown_s
+    small = evaluate(model, DGX2, TRAINING, ZERO_OFFLOAD, num_gpus=1).prediction.breakdown_s
     assert small["dp_comm_exposed_s"] > 0
+    # Gradients kept on the GPU (ZeRO-0/1): accumulated there, sent down once at the step.
+    kept = evaluate(model, DGX2, TRAINING, replace(parallel, offload=Offload.OPTIMIZER), num_gpus=1).prediction.breakdown_s
+    assert kept["optimizer_s"] == pytest.approx(cpu_s + 2 * upload_s)
+    assert kept["grad_accumulation_s"] == pytest.approx(none.breakdown_s["grad_accumulation_s"])
 
 
 def test_parameter_offload_exposes_what_compute_cannot_hide():
     model = catalog.get_model("gpt3-1.3b")
     slow_pcie = replace(DGX2, pcie_bytes_per_s=1e8)  # 0.1 GB/s: nothing hides it
-    parallel = replace(ONE_GPU, offload=Offload.OPTIMIZER_PARAMS)
+    parallel = ZERO_INFINITY
     fast = evaluate(model, DGX2, TRAINING, parallel, num_gpus=1).prediction.breakdown_s
     slow = evaluate(model, slow_pcie, TRAINING, parallel, num_gpus=1).prediction.breakdown_s
     assert slow["dp_comm_exposed_s"] > 10 * max(fast["dp_comm_exposed_s"], 1e-3)
@@ -185,8 +195,9 @@ def test_offload_rules_are_named():
     model = catalog.get_model("gpt3-1.3b")
     cases = [
         (DGX2, ParallelConfig(pp_size=2, offload=Offload.OPTIMIZER), Rule.OFFLOAD_WITH_PP),
-        (DGX2, ParallelConfig(dp_size=2, zero_stage=ZeroStage.OS, offload=Offload.OPTIMIZER), Rule.OFFLOAD_NEEDS_ZERO),
+        (DGX2, ParallelConfig(dp_size=2, zero_stage=ZeroStage.NONE, offload=Offload.OPTIMIZER), Rule.OFFLOAD_NEEDS_ZERO),
         (DGX2, ParallelConfig(dp_size=2, zero_stage=ZeroStage.OS_G, offload=Offload.OPTIMIZER_PARAMS), Rule.OFFLOAD_NEEDS_ZERO),
+        (DGX2, ParallelConfig(offload=Offload.OPTIMIZER_PARAMS), Rule.OFFLOAD_NEEDS_ZERO),
         (replace(DGX2, pcie_bytes_per_s=None), ParallelConfig(offload=Offload.OPTIMIZER), Rule.OFFLOAD_NEEDS_HOST),
     ]
     for cluster, parallel, rule in cases:
@@ -251,12 +262,16 @@ def _ds_config(export) -> dict:
     return json.loads(next(f for f in export.files if f.name == "ds_config.json").text)
 
 
-@pytest.mark.parametrize(("offload", "stage"), [(Offload.OPTIMIZER, 2), (Offload.OPTIMIZER_PARAMS, 3)])
-def test_deepspeed_export_writes_offload_and_deepspeed_reads_it(offload, stage):
+@pytest.mark.parametrize(("parallel", "stage"), [
+    (ZERO_OFFLOAD, 2), (ZERO_INFINITY, 3),
+    (replace(ONE_GPU, offload=Offload.OPTIMIZER), 1),  # DeepSpeed offloads from ZeRO-1; one plan with ZeRO-0 at dp 1
+])
+def test_deepspeed_export_writes_offload_and_deepspeed_reads_it(parallel, stage):
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
     from deepspeed.runtime.zero.offload_config import OffloadDeviceEnum
 
-    plan = PlanToExport(catalog.get_model("gpt3-13b"), TRAINING, replace(ONE_GPU, offload=offload), 1)
+    offload = parallel.offload
+    plan = PlanToExport(catalog.get_model("gpt3-13b"), TRAINING, parallel, 1)
     export = export_plan(plan, ExportFormat.DEEPSPEED)
     assert export.exact
     zero = DeepSpeedZeroConfig(**_ds_config(export)["zero_optimization"])
@@ -274,3 +289,70 @@ def test_deepspeed_export_without_offload_is_unchanged():
     plan = PlanToExport(catalog.get_model("gpt3-1.3b"), TRAINING, ONE_GPU, 1)
     config = _ds_config(export_plan(plan, ExportFormat.DEEPSPEED))
     assert "offload_optimizer" not in config["zero_optimization"] and config["zero_optimization"]["stage"] == 0
+
+
+def _flags(export, script: str) -> dict:
+    from test_export_frameworks import _file, script_arguments
+
+    return script_arguments(_file(export, script).text, "pretrain_gpt.py")[1]
+
+
+def test_megatron_export_offloads_the_optimizer_and_megatron_core_reads_the_flags(monkeypatch):
+    import megatron.core.optimizer.optimizer_config as optimizer_config
+    from megatron.core.optimizer import OptimizerConfig
+
+    # The precision-aware optimizer asks Transformer Engine's version, absent here (CPU-only venv).
+    monkeypatch.setattr(optimizer_config, "is_te_min_version", lambda *args, **kwargs: True)
+
+    plan = PlanToExport(catalog.get_model("llama2-70b"), TRAINING, ParallelConfig(
+        dp_size=2, tp_size=8, zero_stage=ZeroStage.OS, micro_batch_size=1, recompute=Recompute.FULL,
+        sequence_parallel=True, offload=Offload.OPTIMIZER,
+    ), 16)
+    export = export_plan(plan, ExportFormat.MEGATRON)
+    assert export.exact and export.parallel.offload is Offload.OPTIMIZER
+    flags = _flags(export, "pretrain_gpt.sh")
+    fields = set(OptimizerConfig.__dataclass_fields__)
+    offload_flags = ("--optimizer-cpu-offload", "--optimizer-offload-fraction", "--use-precision-aware-optimizer", "--use-distributed-optimizer")
+    kwargs = {}
+    for flag in offload_flags:
+        name = flag[2:].replace("-", "_")
+        assert flag in flags and name in fields, flag
+        kwargs[name] = True if flags[flag] is None else float(flags[flag])
+    config = OptimizerConfig(optimizer="adam", **kwargs)
+    assert config.optimizer_cpu_offload and config.optimizer_offload_fraction == 1.0
+
+
+def test_megatron_export_names_what_its_offload_does_not_do():
+    plan = PlanToExport(catalog.get_model("gpt3-13b"), TRAINING, ZERO_INFINITY, 1)
+    export = export_plan(plan, ExportFormat.MEGATRON)
+    assert not export.exact
+    fields = {d.field for d in export.differences}
+    assert {"parallel.offload", "parallel.zero_stage"} <= fields
+    assert export.parallel.offload is Offload.OPTIMIZER and export.parallel.zero_stage == ZeroStage.OS
+    # Its gradient buffer stays on the GPU: 13B does not fit one V100 that way.
+    assert not evaluate(plan.model, DGX2, export.training, export.parallel, num_gpus=1).feasible
+
+
+def test_torchtitan_export_offloads_through_fsdp2_and_torchtitan_reads_it(tmp_path):
+    from torchtitan.config.manager import ConfigManager
+
+    plan = PlanToExport(catalog.get_model("llama2-70b"), TRAINING, ParallelConfig(
+        dp_size=2, tp_size=8, zero_stage=ZeroStage.OS_G, micro_batch_size=1, recompute=Recompute.FULL,
+        sequence_parallel=True, offload=Offload.OPTIMIZER,
+    ), 16)
+    export = export_plan(plan, ExportFormat.TORCHTITAN)
+    assert export.parallel.offload is Offload.OPTIMIZER_PARAMS and export.parallel.zero_stage == ZeroStage.OS_G_P
+    assert {d.field for d in export.differences} >= {"parallel.offload", "parallel.zero_stage"}
+    path = tmp_path / "job.toml"
+    path.write_text(export.files[0].text)
+    config = ConfigManager().parse_args(["--job.config_file", str(path)])
+    assert config.training.enable_cpu_offload is True
+    # At one rank torchtitan does not apply FSDP2, so it cannot offload.
+    single = export_plan(PlanToExport(catalog.get_model("gpt3-13b"), TRAINING, ZERO_OFFLOAD, 1), ExportFormat.TORCHTITAN)
+    assert single.parallel.offload is Offload.NONE and "enable_cpu_offload" not in single.files[0].text
+
+
+def test_nemo_export_names_the_offload_it_does_not_write():
+    export = export_plan(PlanToExport(catalog.get_model("gpt3-13b"), TRAINING, ZERO_OFFLOAD, 1), ExportFormat.NEMO)
+    assert "parallel.offload" in {d.field for d in export.differences}
+    assert export.parallel.offload is Offload.NONE

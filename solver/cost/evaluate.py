@@ -208,10 +208,13 @@ def _tail(
     shard = optimizer_shard_parameter_count(cost.parameter_count, stage_policy, experts)
     layer_shard = cost.largest_layer_parameter_count * shard / cost.parameter_count if cost.parameter_count else 0.0
     exposed += stage_policy.num_micro_batches * offload_exposed_s(
-        cluster, parallel.offload, shard, layer_shard, time.forward_s, time.backward_s + time.recompute_s,
+        cluster, parallel.offload, parallel.zero_stage, shard, layer_shard, time.forward_s, time.backward_s + time.recompute_s,
         stage_policy.grad_bytes_per_param,
     )
-    return _Tail(exposed, offload_step_s(cluster, parallel.offload, shard, training.optimizer, num_gpus))
+    step_s = offload_step_s(
+        cluster, parallel.offload, parallel.zero_stage, shard, training.optimizer, num_gpus, stage_policy.grad_bytes_per_param
+    )
+    return _Tail(exposed, step_s)
 
 
 def expert_gradient_group(parallel: ParallelConfig) -> ParallelConfig:

@@ -15,6 +15,12 @@ to the GPU before it runs, in forward and again in backward, as ZeRO-3 gathers t
 beside the previous layer's compute; each rank moves its own 1/dp partition over PCIe and the
 ranks all-gather them (ZeRO-3's all-gather, costed in ``solver.cost.schedule``).
 
+Where the gradients are is the ZeRO stage's: under ZeRO-2/3 they stream to the host as backward
+produces them (ZeRO-Offload's schedule, DeepSpeed's stage-2/3 offload); under ZeRO-0/1 the GPU
+keeps its gradient buffer as without offload and the rank's shard goes down once, after the
+last backward (Megatron-core's ``optimizer_cpu_offload``, whose HybridDeviceOptimizer copies the
+gradients to the host at the step; DeepSpeed's stage-1 offload at the accumulation boundary).
+
 Offloading to NVMe and activation checkpoints offloaded to host memory are not modelled.
 """
 
@@ -25,7 +31,7 @@ from solver.spec.dimensions import Offload
 from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
 from solver.spec.rules import Rule
-from solver.spec.training import OptimizerKind
+from solver.spec.training import OptimizerKind, ZeroStage
 
 # The host's fp32 gradient buffer the CPU optimizer reads (ZeRO-Offload Sec 3: "fp32 ... gradients"
 # on the CPU; DeepSpeed's stage-2 offload accumulates into a pinned fp32 buffer).
@@ -51,32 +57,39 @@ def offloads_params(offload: Offload) -> bool:
     return offload is Offload.OPTIMIZER_PARAMS
 
 
-def gpu_model_states(states: dict[str, float], offload: Offload) -> dict[str, float]:
+def streams_gradients(offload: Offload, zero_stage: ZeroStage) -> bool:
+    """Whether gradients go to the host as backward produces them (ZeRO-2/3 with offload) rather
+    than staying in the GPU's buffer until the step (ZeRO-0/1 with offload; see the module)."""
+    return offload is not Offload.NONE and zero_stage >= ZeroStage.OS_G
+
+
+def gpu_model_states(states: dict[str, float], offload: Offload, zero_stage: ZeroStage) -> dict[str, float]:
     """What of a stage's model states (``solver.cost.memory.model_state_bytes``) stays on the GPU:
-    no optimizer states and no whole gradients once the optimizer is offloaded (the gradients
-    stream to the host as backward produces them: ``offload_buffer_bytes`` holds them on the way),
-    and no resident weights once the parameters are (they stream up layer by layer)."""
+    no optimizer states once the optimizer is offloaded; no whole gradients where they stream to
+    the host (``offload_buffer_bytes`` holds them on the way); no resident weights once the
+    parameters are offloaded (they stream up layer by layer)."""
     if offload is Offload.NONE:
         return states
     return {
         "weights": 0.0 if offloads_params(offload) else states["weights"],
-        "gradients": 0.0,
+        "gradients": 0.0 if streams_gradients(offload, zero_stage) else states["gradients"],
         "optimizer_states": 0.0,
     }
 
 
 def offload_buffer_bytes(
-    largest_layer_parameter_count: float, stage_parameter_count: float, offload: Offload, grad_bytes_per_param: int
+    largest_layer_parameter_count: float, stage_parameter_count: float, offload: Offload, zero_stage: ZeroStage,
+    grad_bytes_per_param: int,
 ) -> float:
-    """GPU buffers offload needs: one layer's gradients staged for the copy down (the bucket
-    ZeRO-Offload moves while backward goes on), and, with parameter offload, the 16-bit
-    parameters of the layer in use and the one prefetched (ZeRO-Infinity, as ZeRO-3's gather
-    buffers), never more than the stage's parameters (``stage_parameter_count`` = inf: before
-    the stage's layers are known)."""
+    """GPU buffers offload needs: where gradients stream, one layer's staged for the copy down
+    (the bucket ZeRO-Offload moves while backward goes on), and, with parameter offload, the
+    16-bit parameters of the layer in use and the one prefetched (ZeRO-Infinity, as ZeRO-3's
+    gather buffers), never more than the stage's parameters (``stage_parameter_count`` = inf:
+    before the stage's layers are known)."""
     if offload is Offload.NONE:
         return 0.0
     layer = min(largest_layer_parameter_count, stage_parameter_count)
-    buffers = grad_bytes_per_param * layer
+    buffers = grad_bytes_per_param * layer if streams_gradients(offload, zero_stage) else 0.0
     if offloads_params(offload):
         buffers += WEIGHT_BYTES_PER_PARAM * min(ZERO3_PREFETCHED_LAYERS * largest_layer_parameter_count, stage_parameter_count)
     return buffers
@@ -117,18 +130,20 @@ def cpu_optimizer_step_s(cluster: ClusterSpec, shard_parameter_count: float, opt
 
 
 def offload_exposed_s(
-    cluster: ClusterSpec, offload: Offload, shard_parameter_count: float, largest_layer_shard: float,
+    cluster: ClusterSpec, offload: Offload, zero_stage: ZeroStage, shard_parameter_count: float, largest_layer_shard: float,
     forward_s: float, backward_s: float, grad_bytes_per_param: int,
 ) -> float:
     """One micro-batch's PCIe traffic that compute does not hide, for one GPU whose shard (its
     1/dp of the stage, as ZeRO partitions it) is ``shard_parameter_count`` parameters:
-    the 16-bit gradients sent down during backward (ZeRO-Offload Sec 4.1), and with parameter
+    streamed gradients sent down during backward (ZeRO-Offload Sec 4.1), and with parameter
     offload the parameters brought up for forward and again for backward, prefetched beside the
     compute except the first layer's (ZeRO-Infinity Sec 6). PCIe copies run on the copy
-    engines, so the compute beside them is not slowed."""
+    engines, so the compute beside them is not slowed. Gradients kept on the GPU go down at the
+    step (``offload_step_s``)."""
     if offload is Offload.NONE:
         return 0.0
-    grads_down_s = pcie_s(cluster, grad_bytes_per_param * shard_parameter_count)
+    streamed = streams_gradients(offload, zero_stage)
+    grads_down_s = pcie_s(cluster, grad_bytes_per_param * shard_parameter_count) if streamed else 0.0
     if not offloads_params(offload):
         return max(0.0, grads_down_s - backward_s)
     params_up_s = pcie_s(cluster, WEIGHT_BYTES_PER_PARAM * shard_parameter_count)
@@ -138,14 +153,18 @@ def offload_exposed_s(
 
 
 def offload_step_s(
-    cluster: ClusterSpec, offload: Offload, shard_parameter_count: float, optimizer: OptimizerKind, num_gpus: int
+    cluster: ClusterSpec, offload: Offload, zero_stage: ZeroStage, shard_parameter_count: float, optimizer: OptimizerKind,
+    num_gpus: int, grad_bytes_per_param: int,
 ) -> float:
-    """The step after the last backward for one GPU: the CPU optimizer over its shard, then (with
-    only the optimizer offloaded) its updated 16-bit parameters copied up (ZeRO-Offload Sec 4.1,
-    without DPU). With parameter offload they stay on the host for the next forward to stream."""
+    """The step after the last backward for one GPU: its gradient shard copied down where the GPU
+    kept the gradients, the CPU optimizer over its shard, then (with only the optimizer
+    offloaded) its updated 16-bit parameters copied up (ZeRO-Offload Sec 4.1, without DPU).
+    With parameter offload they stay on the host for the next forward to stream."""
     if offload is Offload.NONE:
         return 0.0
     step_s = cpu_optimizer_step_s(cluster, shard_parameter_count, optimizer, num_gpus)
+    if not streams_gradients(offload, zero_stage):
+        step_s += pcie_s(cluster, grad_bytes_per_param * shard_parameter_count)
     if offloads_params(offload):
         return step_s
     return step_s + pcie_s(cluster, WEIGHT_BYTES_PER_PARAM * shard_parameter_count)

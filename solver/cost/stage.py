@@ -30,7 +30,7 @@ from solver.cost.memory import (
     pipelined_sharding,
     reserve_bytes,
 )
-from solver.cost.offload import gpu_model_states, host_bytes_per_gpu, offload_buffer_bytes, offloads_params
+from solver.cost.offload import gpu_model_states, host_bytes_per_gpu, offload_buffer_bytes, offloads_params, streams_gradients
 from solver.cost.profile import LayerProfile
 from solver.cost.result import StageMemory
 from solver.spec.dimensions import Offload
@@ -137,9 +137,9 @@ def accumulated_parameter_count(parameter_count: float, zero_stage: ZeroStage, d
 def grad_accumulation_s(gpu: GpuSpec, parameter_count: float, policy: StagePolicy) -> float:
     """One micro-batch's gradient accumulation for ``parameter_count`` parameters (one kernel);
     nothing with a single micro-batch, whose gradients are the result, and nothing on the GPU
-    with offload, whose gradients go down as backward produces them and are added into the
+    where offload streams the gradients down as backward produces them, to be added into the
     host's fp32 buffer by the CPU beside the next micro-batch (``solver.cost.offload``)."""
-    if policy.num_micro_batches <= 1 or policy.offload is not Offload.NONE:
+    if policy.num_micro_batches <= 1 or streams_gradients(policy.offload, policy.zero_stage):
         return 0.0
     accumulated = accumulated_parameter_count(parameter_count, policy.zero_stage, policy.dp_size, policy.pp_size)
     return elementwise_time_s(gpu, GRAD_ACCUMULATION_BYTES_PER_PARAM * accumulated)
@@ -163,7 +163,9 @@ def stage_buffer_bytes(largest_layer_parameter_count: float, stage_parameter_cou
     """The stage's parameter and gradient buffers: ZeRO-3's gathered weights, or with offload the
     buffers its transfers go through (``solver.cost.offload.offload_buffer_bytes``; parameter
     offload streams into the buffers ZeRO-3 would gather into, counted once)."""
-    offload = offload_buffer_bytes(largest_layer_parameter_count, stage_parameter_count, policy.offload, policy.grad_bytes_per_param)
+    offload = offload_buffer_bytes(
+        largest_layer_parameter_count, stage_parameter_count, policy.offload, policy.zero_stage, policy.grad_bytes_per_param
+    )
     if offloads_params(policy.offload):
         return offload
     return offload + zero3_gather_buffer_bytes(
@@ -205,14 +207,14 @@ def state_bytes_per_parameter(parallel: ParallelConfig, training: TrainingSpec) 
     ZeRO sharding over the dp x cp ranks that hold the same parameters; what is offloaded is not
     on the GPU."""
     states = model_state_bytes(1.0, parallel.zero_stage, parallel.dp_cp_size, training.optimizer, parallel.pp_size, training.grad_bytes_per_param)
-    return sum(gpu_model_states(states, parallel.offload).values())
+    return sum(gpu_model_states(states, parallel.offload, parallel.zero_stage).values())
 
 
 def expert_state_bytes_per_parameter(parallel: ParallelConfig, training: TrainingSpec) -> float:
     """``state_bytes_per_parameter`` for a routed expert's parameter: ZeRO shards it over the
     dp x cp / ep ranks that hold the same experts (``ParallelConfig.expert_dp_size``)."""
     states = model_state_bytes(1.0, parallel.zero_stage, parallel.expert_dp_size, training.optimizer, parallel.pp_size, training.grad_bytes_per_param)
-    return sum(gpu_model_states(states, parallel.offload).values())
+    return sum(gpu_model_states(states, parallel.offload, parallel.zero_stage).values())
 
 
 def stage_state_bytes(parameter_count: float, expert_parameter_count: float, policy: StagePolicy) -> dict[str, float]:
@@ -274,7 +276,7 @@ def stage_cost(
     largest = max((layer.parameter_count for layer, _ in everything), default=0)
     experts = sum(layer.expert_parameter_count for layer, _ in layers)
     held = stage_state_bytes(params, experts, policy)
-    states = gpu_model_states(held, policy.offload)
+    states = gpu_model_states(held, policy.offload, policy.zero_stage)
     kept = sum(layer.kept_bytes(Recompute.FULL if full else base) for layer, full in layers)
     working = max((recompute_working_bytes(layer, Recompute.FULL if full else base) for layer, full in layers), default=0)
     allocated = dict(

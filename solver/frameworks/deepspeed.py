@@ -73,10 +73,12 @@ def violations(parallel: ParallelConfig) -> list[Violation]:
 
 
 def zero_stage_written(parallel: ParallelConfig) -> int:
-    """The ZeRO stage ds_config.json and --zero-stage name: the plan's, raised to the one its
-    offload needs (offload_optimizer takes ZeRO-1+, offload_param ZeRO-3). Offload is legal below
-    that stage only at one data-parallel rank, where every stage is the same plan."""
-    return max(int(parallel.zero_stage), int(offload_zero_stage(parallel.offload)))
+    """The ZeRO stage ds_config.json and --zero-stage name: the plan's, and ZeRO-1 for optimizer
+    offload at one data-parallel rank planned as ZeRO-0 (DeepSpeed takes offload_optimizer with
+    ZeRO-1 or more; at one rank ZeRO-0 and ZeRO-1 are one plan, gradients kept on the GPU)."""
+    if parallel.offload is Offload.NONE:
+        return int(parallel.zero_stage)
+    return max(int(parallel.zero_stage), int(offload_zero_stage(parallel.offload, parallel.dp_cp_size)), int(ZeroStage.OS))
 
 
 def offload_settings(parallel: ParallelConfig) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from solver.frameworks.export import (
     recompute_form,
     render_shell,
 )
+from solver.spec.dimensions import Offload
 from solver.spec.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding, Router
 from solver.spec.parallel import ParallelConfig
 from solver.spec.rules import Rule, Violation
@@ -52,6 +53,21 @@ def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, tuple[Difference, 
     """The configuration nearest to the plan that Megatron runs exactly, and what differs."""
     parallel = plan.parallel
     out: list[Difference] = []
+    if parallel.offload is Offload.OPTIMIZER_PARAMS:
+        out.append(differs(
+            "parallel.offload", parallel.offload.value, Offload.OPTIMIZER.value,
+            "megatron-core offloads the optimizer (optimizer_cpu_offload) but not the parameters:"
+            " the 16-bit weights stay on the GPU, more memory than planned",
+        ))
+        parallel = replace(parallel, offload=Offload.OPTIMIZER)
+    if parallel.zero_stage > ZeroStage.OS and parallel.offload is not Offload.NONE:
+        out.append(differs(
+            "parallel.zero_stage", int(parallel.zero_stage), 1,
+            "megatron-core's optimizer offload steps the distributed optimizer's (ZeRO-1) shard on the"
+            " CPU and keeps its gradient buffer on the GPU until the step; the plan streams gradients"
+            " to the host during backward (ZeRO-2 offload), so each GPU needs more memory than planned",
+        ))
+        parallel = replace(parallel, zero_stage=ZeroStage.OS)
     if parallel.zero_stage > ZeroStage.OS:
         out.append(differs(
             "parallel.zero_stage", int(parallel.zero_stage), 1,
@@ -135,8 +151,12 @@ def arguments(plan: PlanToExport, parallel: ParallelConfig) -> list[Argument]:
         args.append(("--recompute-granularity", granularity))
     if method is not None:
         args += [("--recompute-method", method), ("--recompute-num-layers", str(num_layers))]
-    if parallel.zero_stage == ZeroStage.OS:
-        args.append(("--use-distributed-optimizer", None))
+    if parallel.zero_stage == ZeroStage.OS or parallel.offload is not Offload.NONE:
+        args.append(("--use-distributed-optimizer", None))  # at one rank, with offload, ZeRO-0 and ZeRO-1 are one plan
+    if parallel.offload is not Offload.NONE:
+        # megatron-core OptimizerConfig: every optimizer state and its step on the CPU
+        # (HybridDeviceOptimizer), which Megatron-LM runs with the precision-aware optimizer.
+        args += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", "1.0"), ("--use-precision-aware-optimizer", None)]
     if training.overlap_grad_reduce:
         args.append(("--overlap-grad-reduce", None))
         if parallel.zero_stage == ZeroStage.OS:

@@ -26,6 +26,7 @@ from solver.frameworks.export import (
 )
 from solver.frameworks.megatron import exact_recompute, recompute_settings
 from solver.frameworks.megatron import violations as megatron_violations
+from solver.spec.dimensions import Offload
 from solver.spec.legality import uniform_partition
 from solver.spec.model import MlpActivation, PositionEmbedding
 from solver.spec.parallel import ParallelConfig
@@ -58,6 +59,13 @@ def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, tuple[Difference, 
     """The configuration nearest to the plan that NeMo runs exactly, and what differs."""
     parallel = plan.parallel
     out: list[Difference] = []
+    if parallel.offload is not Offload.NONE:
+        out.append(differs(
+            "parallel.offload", parallel.offload.value, Offload.NONE.value,
+            "the model.optim this export writes (distributed_fused_adam, fused_adam) has no CPU offload;"
+            " megatron-core's optimizer_cpu_offload is in the Megatron-LM export. Every state stays on the GPU",
+        ))
+        parallel = replace(parallel, offload=Offload.NONE)
     if parallel.zero_stage > ZeroStage.OS:
         out.append(differs(
             "parallel.zero_stage", int(parallel.zero_stage), 1,

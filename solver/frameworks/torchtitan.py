@@ -31,6 +31,7 @@ from solver.frameworks.export import (
     full_recompute_counts,
     recompute_form,
 )
+from solver.spec.dimensions import Offload
 from solver.spec.model import MlpActivation
 from solver.spec.parallel import ParallelConfig
 from solver.spec.rules import Rule, Violation
@@ -49,6 +50,8 @@ def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, TrainingSpec, tupl
     """The configuration nearest to the plan that torchtitan runs exactly, and what differs."""
     parallel, training = plan.parallel, plan.training
     out: list[Difference] = []
+    parallel, offload = exact_offload(parallel)
+    out += offload
     replicated_only = parallel.tp_size == 1 and parallel.pp_size == 1
     # With context parallelism torchtitan always shards with FSDP2 over dp_shard x cp
     # (ParallelDims.fsdp_enabled is dp_shard > 1 or cp > 1): no replicated-only run.
@@ -117,6 +120,35 @@ def model_parts(plan: PlanToExport, parallel: ParallelConfig) -> list[list[str]]
     return parts
 
 
+def exact_offload(parallel: ParallelConfig) -> tuple[ParallelConfig, list[Difference]]:
+    """torchtitan's offload nearest to the plan's: FSDP2's CPUOffloadPolicy
+    (``training.enable_cpu_offload``) keeps the sharded parameters, their gradients and the
+    optimizer states on the host and steps the optimizer there, which is optimizer+params offload
+    over ZeRO-3; torchtitan applies FSDP2, and with it the offload, only where it shards
+    (data_parallel_shard_degree > 1 or cp > 1)."""
+    if parallel.offload is Offload.NONE:
+        return parallel, []
+    if parallel.dp_cp_size == 1:
+        return replace(parallel, offload=Offload.NONE), [differs(
+            "parallel.offload", parallel.offload.value, Offload.NONE.value,
+            "torchtitan offloads through FSDP2 (training.enable_cpu_offload), which it applies only over"
+            " several data- or context-parallel ranks; at one rank every state stays on the GPU",
+        )]
+    out: list[Difference] = []
+    if parallel.offload is Offload.OPTIMIZER:
+        out.append(differs(
+            "parallel.offload", parallel.offload.value, Offload.OPTIMIZER_PARAMS.value,
+            "torchtitan's CPU offload (FSDP2 CPUOffloadPolicy) keeps the parameters on the host with the"
+            " optimizer states: less GPU memory, the parameters copied up for every forward and backward",
+        ))
+    if parallel.zero_stage != ZeroStage.OS_G_P:
+        out.append(differs(
+            "parallel.zero_stage", int(parallel.zero_stage), 3,
+            "FSDP2's CPU offload keeps only the shard of the parameters, gathered for each use (ZeRO-3)",
+        ))
+    return replace(parallel, offload=Offload.OPTIMIZER_PARAMS, zero_stage=ZeroStage.OS_G_P), out
+
+
 def job_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSpec) -> dict[str, dict[str, TomlValue]]:
     """The job TOML's sections for an exact configuration."""
     pp, dp = parallel.pp_size, parallel.dp_size
@@ -137,6 +169,8 @@ def job_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingS
             # accumulation; with one, the local batch is split into pipeline micro-batches.
             "local_batch_size": parallel.micro_batch_size if pp == 1 else training.global_batch_size // dp,
             "mixed_precision_param": "bfloat16",
+            # FSDP2's CPUOffloadPolicy: parameters, gradients and optimizer states on the host.
+            **({"enable_cpu_offload": True} if parallel.offload is not Offload.NONE else {}),
         },
         "parallelism": {
             "data_parallel_replicate_degree": 1 if sharded else dp,

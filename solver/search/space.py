@@ -180,7 +180,7 @@ def shapes(run: SearchRun, num_gpus: int):
                 continue
             per_replica = training.global_batch_size // dp
             micro_batches = [b for b in divisors(per_replica) if b <= MICRO_BATCH_CHOICES_MAX and admits("micro_batch_size", b)]
-            zero_stages = [z for z in range(4) if admits("zero_stage", z)]
+            admitted_zero = zero_stages = [z for z in range(4) if admits("zero_stage", z)]
             if dp == 1 and len(zero_stages) > 1:
                 zero_stages = zero_stages[:1]  # nothing to shard over: every stage is the same plan
             virtual = []
@@ -194,17 +194,30 @@ def shapes(run: SearchRun, num_gpus: int):
                 else:
                     virtual.append(v)
             seq_par = [s for s in (False, True) if admits("sequence_parallel", s) and (tp > 1 or not s)]
-            offloads = offload_options(run, pp)
-            for mb, zero, (base, full), v, sp, offload in itertools.product(
-                micro_batches, zero_stages, _recompute_options(request), virtual, seq_par, offloads
-            ):
-                if v > 1 and (per_replica // mb) % pp:
-                    run.reject(Rule.INTERLEAVE_MICRO_BATCHES)
-                    continue
-                if dp * cp > 1 and zero < offload_zero_stage(offload):
-                    run.reject(Rule.OFFLOAD_NEEDS_ZERO)
-                    continue
-                yield Shape(num_gpus, dp, tp, pp, zero, mb, base, full, v, sp, cp, ep, offload)
+            for offload in offload_options(run, pp):
+                offload_zero = offload_zero_stages(offload, zero_stages, admitted_zero, dp, cp)
+                for mb, zero, (base, full), v, sp in itertools.product(
+                    micro_batches, offload_zero, _recompute_options(request), virtual, seq_par
+                ):
+                    if v > 1 and (per_replica // mb) % pp:
+                        run.reject(Rule.INTERLEAVE_MICRO_BATCHES)
+                        continue
+                    yield Shape(num_gpus, dp, tp, pp, zero, mb, base, full, v, sp, cp, ep, offload)
+
+
+def offload_zero_stages(offload: Offload, zero_stages: list[int], admitted: list[int], dp: int, cp: int) -> list[int]:
+    """ZeRO stages to pair with ``offload``: without offload the shape's (``zero_stages``), else
+    those offload runs with (``offload_zero_stage``). At one data-parallel replica, where the
+    stages are otherwise one plan, offload's are two: gradients kept on the GPU (ZeRO-0/1) or
+    streamed to the host (ZeRO-2/3; ``solver.cost.offload.streams_gradients``)."""
+    if offload is Offload.NONE:
+        return zero_stages
+    needed = int(offload_zero_stage(offload, dp * cp))
+    if dp > 1:
+        return [z for z in zero_stages if z >= needed]
+    kept = [z for z in admitted if needed <= z < int(ZeroStage.OS_G)][:1]
+    streamed = [z for z in admitted if z >= max(needed, int(ZeroStage.OS_G))][:1]
+    return kept + streamed
 
 
 def offload_options(run: SearchRun, pp: int) -> list[Offload]:

@@ -138,19 +138,24 @@ def _check_context_parallel(training: TrainingSpec, parallel: ParallelConfig) ->
         )
 
 
-def offload_zero_stage(offload: Offload) -> ZeroStage:
-    """The ZeRO stage whose partition offload moves and steps over several data-parallel ranks:
-    ZeRO-2's for the optimizer (ZeRO-Offload Sec 4.2), ZeRO-3's with the parameters."""
-    return {Offload.NONE: ZeroStage.NONE, Offload.OPTIMIZER: ZeroStage.OS_G, Offload.OPTIMIZER_PARAMS: ZeroStage.OS_G_P}[offload]
+def offload_zero_stage(offload: Offload, dp_cp_size: int) -> ZeroStage:
+    """The lowest ZeRO stage offload runs with over ``dp_cp_size`` ranks that hold the same
+    parameters: parameter offload is ZeRO-3's (ZeRO-Infinity; DeepSpeed takes offload_param only
+    with stage 3); optimizer offload steps each rank's shard of the optimizer states, so it needs
+    ZeRO-1 or more where there are several ranks (ZeRO-Offload Sec 4.2 partitions as ZeRO-2;
+    Megatron-core offloads its distributed optimizer's, ZeRO-1's, shard)."""
+    if offload is Offload.OPTIMIZER_PARAMS:
+        return ZeroStage.OS_G_P
+    if offload is Offload.OPTIMIZER and dp_cp_size > 1:
+        return ZeroStage.OS
+    return ZeroStage.NONE
 
 
 def _check_offload(cluster: ClusterSpec, parallel: ParallelConfig) -> None:
     """Offload's structural rules (nothing to check without offload). The host's memory, PCIe and
     memory bandwidth must be known to cost it. ZeRO-Offload and ZeRO-Infinity are described and
-    costed here for data and tensor parallelism (solver.cost.offload), not under a pipeline. With
-    several data-parallel ranks each offloads and steps its ZeRO partition: the gradients'
-    (ZeRO-2) for the optimizer, the parameters' (ZeRO-3) as well for parameter offload (DeepSpeed
-    takes offload_param only with stage 3); at one rank every stage is the same plan."""
+    costed here for data and tensor parallelism (solver.cost.offload), not under a pipeline. The
+    ZeRO stage must be one offload runs with (``offload_zero_stage``)."""
     offload = parallel.offload
     if offload is Offload.NONE:
         return
@@ -163,11 +168,11 @@ def _check_offload(cluster: ClusterSpec, parallel: ParallelConfig) -> None:
         )
     if parallel.pp_size > 1:
         raise SpecError("parallel.offload", f"offload {offload.value} is planned with pp_size 1, got {parallel.pp_size}", Rule.OFFLOAD_WITH_PP)
-    needed = offload_zero_stage(offload)
-    if parallel.dp_cp_size > 1 and parallel.zero_stage < needed:
+    needed = offload_zero_stage(offload, parallel.dp_cp_size)
+    if parallel.zero_stage < needed:
         raise SpecError(
             "parallel.zero_stage",
-            f"offload {offload.value} over {parallel.dp_cp_size} data-parallel ranks needs ZeRO stage {int(needed)},"
+            f"offload {offload.value} over {parallel.dp_cp_size} data-parallel rank(s) needs ZeRO stage {int(needed)} or more,"
             f" got {int(parallel.zero_stage)}",
             Rule.OFFLOAD_NEEDS_ZERO,
         )

@@ -67,7 +67,7 @@ _SUMMARIES = {
     Rule.HOST_MEMORY: "what is offloaded does not fit in the nodes' host memory",
     Rule.OFFLOAD_NEEDS_HOST: "offload needs the cluster's host memory, PCIe and host memory bandwidth",
     Rule.OFFLOAD_WITH_PP: "offload is planned without pipeline parallelism (pp_size 1)",
-    Rule.OFFLOAD_NEEDS_ZERO: "offload partitions what it offloads as ZeRO does: stage 2 for the optimizer, 3 for parameters",
+    Rule.OFFLOAD_NEEDS_ZERO: "offload steps each rank's ZeRO shard: stage 1 or more for the optimizer over several ranks, 3 for parameters",
     Rule.TP_WITHIN_NODE: "tensor parallelism must stay inside a node (its NVLink domain, where that is larger or smaller)",
     Rule.ZERO_WITH_PP: "ZeRO-2/3 cannot be combined with pipeline parallelism",
     Rule.FRAMEWORK_ZERO: "the framework does not offer that ZeRO stage",
