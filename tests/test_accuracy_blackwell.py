@@ -23,13 +23,10 @@ from bench.accuracy import (
 FAMILIES = {"gb300-nvl72": "mbridge-gb300", "gb200-nvl72": "mbridge-gb200", "hgx-b200": "mbridge-b200"}
 
 # The runs the planner cannot express yet, each with the reason the bench prints (a to-do list).
-# Megatron-Bridge's 405B recipe gives the embedding and the loss a pipeline slot each (128 slots for
-# 126 layers); at pp 16 x vp 8 the first and last of the 128 chunks hold no transformer layer, which
-# stage_layers can say but the legality rule pp_at_most_layers (pp x v <= num_layers) refuses.
-NOT_EXPRESSIBLE = {
-    "mbridge2602-dgx-gb200-llama3.1-405b-256gpu-fp8-mx": "pp_at_most_layers",
-    "mbridge2602-dgx-gb200-llama3.1-405b-256gpu-nvfp4": "pp_at_most_layers",
-}
+# None: Megatron-Bridge's 405B recipe gives the embedding and the loss a pipeline slot each (128
+# slots for 126 layers), which at pp 16 x vp 8 leaves the first and last of the 128 chunks without
+# transformer layers; stage_layers says so, and pp_at_most_layers lets a layout do it.
+NOT_EXPRESSIBLE: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +44,7 @@ def test_every_blackwell_record_is_evaluated_or_listed_with_its_reason(blackwell
     for run_id, rule in NOT_EXPRESSIBLE.items():
         assert rule in skipped[run_id]
     evaluated = [r for r in blackwell_results if not r.skipped]
-    assert len(evaluated) == 14
+    assert len(evaluated) == 16
     for r in evaluated:
         assert r.metric == "tokens_per_sec_per_gpu" and r.predicted is not None and r.predicted > 0, r
 

@@ -412,3 +412,24 @@ def test_spec_error_survives_pickling_with_its_field_and_reason():
     assert isinstance(error, SpecError)
     assert (error.field, error.reason) == ("parallel.tp_size", "[tp_divides_num_attention_heads] 3 does not divide 32")
     assert str(error) == "parallel.tp_size: [tp_divides_num_attention_heads] 3 does not divide 32"
+
+
+def test_a_layout_may_give_the_embedding_and_the_loss_chunks_of_their_own():
+    """Megatron-core's account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split:
+    Llama 3.1 405B's 126 layers in 128 slots at pp 16 x vp 8, the first chunk the embedding alone
+    and the last the loss alone. More chunks than layers is refused for the uniform split and for a
+    layout that leaves an interior chunk empty."""
+    model = catalog.get_model("llama3-405b")
+    assert model.num_layers == 126
+    cluster = catalog.cluster_spec_from_dict({**catalog.get_entry("nodes", "dgx-h100"), "num_nodes": 64})
+    training = TrainingSpec(global_batch_size=512, seq_length=8192)
+    slots = (0,) + (1,) * 126 + (0,)
+    ok = ParallelConfig(4, 8, 16, ZeroStage.OS, 1, Recompute.FULL, 8, True, slots)
+    assert evaluate(model, cluster, training, ok, num_gpus=512).prediction.step_time_s > 0
+    for bad in (
+        ParallelConfig(4, 8, 16, ZeroStage.OS, 1, Recompute.FULL, 8, True),
+        ParallelConfig(4, 8, 16, ZeroStage.OS, 1, Recompute.FULL, 8, True, (1,) * 63 + (0,) + (1,) * 63 + (0,)),
+    ):
+        with pytest.raises(SpecError) as error:
+            evaluate(model, cluster, training, bad, num_gpus=512)
+        assert error.value.rule.value == "pp_at_most_layers"

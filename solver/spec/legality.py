@@ -70,10 +70,16 @@ def check_structure(
             Rule.BATCH_DIVISIBLE,
         )
     num_micro_batches = micro_batch_count(training.global_batch_size, parallel.dp_size, parallel.micro_batch_size)
-    if parallel.num_chunks > model.num_layers:
+    # More chunks than layers: the uniform split cannot fill them. An explicit layout may, where
+    # only the first and the last chunk go without transformer layers: Megatron-core gives the
+    # embedding and the loss a pipeline slot of their own (account_for_embedding_in_pipeline_split,
+    # account_for_loss_in_pipeline_split; --pipeline-model-parallel-layout stages of "E" or "L").
+    interior = parallel.stage_layers[1:-1] if parallel.stage_layers is not None else (0,)
+    if parallel.num_chunks > model.num_layers and 0 in interior:
         raise SpecError(
             "parallel.pp_size",
-            f"pp_size * virtual_stages = {parallel.num_chunks} exceeds num_layers={model.num_layers}",
+            f"pp_size * virtual_stages = {parallel.num_chunks} exceeds num_layers={model.num_layers}"
+            " (a layout may leave only the first and the last chunk without layers)",
             Rule.PP_AT_MOST_LAYERS,
         )
     if parallel.virtual_stages > 1:
