@@ -143,3 +143,22 @@ def test_loss_memory_follows_the_stacks_cross_entropy():
     assert heads[False] - heads[True] == pytest.approx(4 * logits, abs=1)
     assert catalog.get_stack_facts("torchtitan-2025")["loss_dtype"] == "fp32"
     assert catalog.get_stack_facts("deepspeed-zero3")["loss_dtype"] == "half"
+
+
+def test_transformer_engine_keeps_fp8_gemm_inputs():
+    """With FP8 GEMMs, Transformer Engine keeps the FP8 cast of each GEMM input for the weight
+    gradient (1 byte an element instead of 2); torchao keeps the bf16 input. Llama 3 8B, tp 1:
+    the four GEMM inputs are QKV (h), attention out-projection (h), MLP up (h) and MLP down (f),
+    so the saving is (3h + f) bytes a token."""
+    model = catalog.get_model("llama3-8b")
+    cluster = catalog.get_cluster("dgx-h100-x8")
+    shape = ProfileShape(micro_batch_size=2)
+    kept = {}
+    for te in (False, True):
+        training = TrainingSpec(global_batch_size=16, seq_length=SEQ, precision="fp8", low_precision_saved_inputs=te)
+        kept[te] = analytic_profile(model, cluster, training, shape).transformer_layers[0].activation_bytes
+    assert kept[False] - kept[True] == 2 * SEQ * (3 * 4096 + 14336)
+    bf16 = TrainingSpec(global_batch_size=16, seq_length=SEQ, low_precision_saved_inputs=True)
+    assert analytic_profile(model, cluster, bf16, shape).transformer_layers[0].activation_bytes == kept[False]
+    assert catalog.get_stack_facts("megatron-core-2024")["low_precision_saved_inputs"] is True
+    assert catalog.get_stack_facts("torchtitan-2025")["low_precision_saved_inputs"] is False

@@ -382,6 +382,7 @@ class StackFacts(BaseModel):
         description="dtype of the gradients held and reduced over data parallelism (fp32_for_bf16: fp32 when parameters are bf16)"
     )
     loss_dtype: Literal["fp32", "half"] = Field(description="dtype the cross entropy computes in (its memory at the loss)")
+    low_precision_saved_inputs: bool = Field(description="FP8-family GEMMs keep their inputs for backward in the low-precision copy (Transformer Engine)")
 
 
 class StackFactSources(BaseModel):
@@ -400,6 +401,7 @@ class StackFactSources(BaseModel):
     selective_recompute: str
     grad_reduce: str
     loss_dtype: str
+    low_precision_saved_inputs: str
 
 
 class StackEntry(BaseModel):

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from solver.cost.comm import all_reduce_s, cp_link, overlapped_exposed_s, ring_exchange_s, tp_link
-from solver.cost.compute import elementwise_time_s, gemm_time_s
+from solver.cost.compute import OPERAND_BYTES, bytes_per_element, elementwise_time_s, gemm_time_s
 from solver.cost.flops import (
     attention_score_flops,
     embedding_parameter_count,
@@ -213,16 +213,25 @@ def _fp8_cast_s(model: ModelSpec, gpu: GpuSpec, precision: Precision, tokens: fl
     )
 
 
-def _kept_bytes(model: ModelSpec, shape: ProfileShape, s: int, flash: bool) -> tuple[int, int, int]:
+def _kept_bytes(
+    model: ModelSpec, shape: ProfileShape, s: int, flash: bool, gemm_input_bytes: float = BYTES_16BIT
+) -> tuple[int, int, int]:
     """Activation bytes one layer keeps for backward with no, selective and full recomputation
     (Korthikanti et al. 2022 Table 2, generalised to GQA and SwiGLU), on one rank of a
-    context-parallel group: every term is that of its b * s/cp tokens."""
+    context-parallel group: every term is that of its b * s/cp tokens. The four GEMM inputs kept
+    for the weight gradients (QKV, attention output projection, MLP up and down) take
+    ``gemm_input_bytes`` per element: 2, or the low-precision copy where the stack keeps that
+    (``TrainingSpec.low_precision_saved_inputs``)."""
     t, b = shape.tp_size, shape.micro_batch_size
     h, a, kv, f = model.hidden_size, model.num_attention_heads, model.kv_hidden_size, model.ffn_hidden_size
     tokens = b * s // shape.cp_size
     swiglu = model.mlp_activation is MlpActivation.SWIGLU
-    replicated = 10 * tokens * h  # LN inputs (4), QKV and MLP inputs (4), two dropout masks (2)
-    split = 4 * tokens * h + 4 * tokens * kv + (6 if swiglu else 4) * tokens * f  # Q, out-proj in, K, V, MLP inner
+    g = gemm_input_bytes
+    # LN inputs (4), QKV and MLP inputs (2 g), two dropout masks (2)
+    replicated = (4 + 2 * g + 2) * tokens * h
+    # Q (2), out-proj input (g), K and V (4), the MLP's inner tensors: SwiGLU's gate and up
+    # outputs (4) or GELU's input (2), and the down projection's input (g)
+    split = (2 + g) * tokens * h + 4 * tokens * kv + ((4 if swiglu else 2) + g) * tokens * f
     scores = 0 if flash else 5 * a * tokens * s  # softmax out, dropout mask, dropout out
     replicated_local = replicated / t if shape.sequence_parallel else replicated
     checkpoint = BYTES_16BIT * tokens * h / (t if shape.sequence_parallel else 1)
@@ -319,7 +328,10 @@ def _layer_profile(
         cluster, ring_exchange_bytes(model, shape, s), cp, t, attention_forward_s, attention_backward_s
     )
 
-    activation, selective, checkpoint = _kept_bytes(model, shape, s, flash)
+    low_precision = training.low_precision_saved_inputs and precision in OPERAND_BYTES
+    activation, selective, checkpoint = _kept_bytes(
+        model, shape, s, flash, bytes_per_element(precision) if low_precision else BYTES_16BIT
+    )
     if training.selective_recompute is SelectiveRecompute.OP:
         selective, selective_recompute_s = _op_selective(
             model, gpu, precision, shape, tokens, flash, checkpoint,

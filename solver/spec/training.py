@@ -159,6 +159,11 @@ class TrainingSpec:
     selective_recompute: SelectiveRecompute = SelectiveRecompute.ATTENTION
     grad_reduce: GradReduce = GradReduce.HALF
     loss_dtype: LossDtype = LossDtype.FP32
+    # Whether FP8-family GEMMs keep their inputs for backward in the low-precision copy they cast
+    # (Transformer Engine's Linear / LayerNormLinear / LayerNormMLP save the FP8 input for the wgrad
+    # GEMM) or in 16 bit (torchao's Float8Linear saves the high-precision input and casts again in
+    # backward: its README's Llama 3 8B training table shows the same peak memory in bf16 and FP8).
+    low_precision_saved_inputs: bool = False
 
     def __post_init__(self) -> None:
         check_positive_int("training.global_batch_size", self.global_batch_size)
