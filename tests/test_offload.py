@@ -356,3 +356,17 @@ def test_nemo_export_names_the_offload_it_does_not_write():
     export = export_plan(PlanToExport(catalog.get_model("gpt3-13b"), TRAINING, ZERO_OFFLOAD, 1), ExportFormat.NEMO)
     assert "parallel.offload" in {d.field for d in export.differences}
     assert export.parallel.offload is Offload.NONE
+
+
+def test_an_infeasible_search_names_the_host_memory_offload_ran_out_of():
+    """175B on one DGX A100 80GB: nothing fits the GPUs without offload, and offloaded (18 bytes
+    a parameter, 3.2 TB) nothing fits the node's 2 TiB of host memory."""
+    result = search(SearchRequest(
+        catalog.get_model("gpt3-175b"), catalog.get_cluster("dgx-a100-80gb-x1"), TrainingSpec(global_batch_size=64, seq_length=2048),
+    ))
+    assert result.status == "infeasible"
+    explanation = result.explanation.to_dict()
+    assert explanation["rejections"]["[host_memory]"] > 0
+    # The closest miss is the GPU-memory miss without offload (offloaded plans fit the GPU).
+    miss = explanation["closest_miss"]
+    assert miss["parallel"]["offload"] == "none" and miss["peak_gib"] > miss["usable_gib"]

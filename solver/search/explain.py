@@ -14,7 +14,7 @@ from solver.cost.memory import GIB_BYTES
 from solver.search.request import Constraints, Objective
 from solver.search.result import DeadlineMiss, Explanation, MemoryMiss, Suggestion
 from solver.search.space import Shape
-from solver.spec.dimensions import relaxable
+from solver.spec.dimensions import Offload, relaxable
 from solver.spec.errors import SpecError
 from solver.spec.rules import Rule
 from solver.spec.training import Framework, Recompute
@@ -61,6 +61,8 @@ def closest_miss(run) -> MemoryMiss | None:
     # Memory grows with the micro-batch: per group of otherwise equal shapes, the smallest one.
     smallest: dict[tuple, Shape] = {}
     for shape in run.legal:
+        if shape.offload is not Offload.NONE:
+            continue  # the GPU-memory miss is without offload; offload's misses are [host_memory] rejections
         key = (shape.num_gpus, shape.tp_size, shape.pp_size, shape.zero_stage, shape.base_recompute,
                shape.full_recompute, shape.virtual_stages, shape.sequence_parallel, shape.cp_size, shape.ep_size)
         if key not in smallest or shape.micro_batch_size < smallest[key].micro_batch_size:

@@ -288,6 +288,8 @@ def _search_count(run, request, num_gpus, top_k, accept, ceiling, held, seen) ->
                 if any(v.rule is Rule.MEMORY for v in evaluation.violations):
                     run.reject(Rule.MEMORY)
                     run.closest.append((evaluation.peak_bytes, parallel, evaluation))
+                elif any(v.rule is Rule.HOST_MEMORY for v in evaluation.violations):
+                    run.reject(Rule.HOST_MEMORY)  # offloaded: fits the GPU, not the host
                 continue
             if accept is not None and not accept(evaluation):
                 run.reject(Rule.DEADLINE)
