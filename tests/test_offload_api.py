@@ -63,3 +63,6 @@ def test_a_plan_for_13b_on_one_v100_offloads_and_exports_ds_config(api):
     assert exported.status_code == 200, exported.text
     zero = json.loads(exported.text)["zero_optimization"]
     assert zero["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+    page = api.get(f"/plans/{plan['id']}")
+    assert page.status_code == 200
+    assert f"offload {plan['best']['parallel']['offload']}" in page.text and "host memory per node" in page.text

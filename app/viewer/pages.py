@@ -96,6 +96,9 @@ def parallel_words(parallel: dict) -> str:
         elif key == "sequence_parallel":
             if value:
                 words.append("sequence parallel")
+        elif key == "offload":
+            if value != "none":  # only where something is in host memory
+                words.append(f"offload {value}")
         elif key.endswith("_size"):
             if value != 1 or key in ("dp_size", "tp_size", "pp_size"):  # another dimension only where it splits
                 words.append(f"{key.removesuffix('_size')} {value}")
@@ -189,6 +192,8 @@ def _prediction(candidate: CandidateOut) -> str:
         ("time to train", train),
         ("peak memory per GPU", f"{candidate.memory.peak_gib:.2f} GiB of {candidate.memory.capacity_gib:.0f} GiB (stage {candidate.memory.peak_stage})"),
     ]
+    if candidate.memory.host_gib_per_node > 0:
+        facts.append(("host memory per node", f"{candidate.memory.host_gib_per_node:,.1f} GiB of offloaded states"))
     if band is not None:
         facts.append(("error range", f"from {band.runs} measured runs ({escape(band.group)}): where the measured figures are expected to fall"))
     if candidate.violations:
