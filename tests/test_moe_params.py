@@ -65,11 +65,23 @@ def test_mixtral_expert_parameters_are_the_eight_mlps() -> None:
     assert layer_expert_parameter_count(model) == 8 * 3 * 4096 * 14336
 
 
-def test_dense_models_have_equal_total_and_active_counts_and_no_expert_parameters() -> None:
-    model = catalog.get_model("llama2-70b")
+@pytest.mark.parametrize("name", ["llama2-70b", "gpt3-175b", "bert-large"])  # SwiGLU, and GELU with biases
+def test_dense_models_have_equal_total_and_active_counts_and_no_expert_parameters(name: str) -> None:
+    model = catalog.get_model(name)
     assert not model.is_moe
     assert active_parameter_count(model) == total_parameter_count(model)
     assert layer_expert_parameter_count(model) == 0
+
+
+def test_gelu_experts_carry_their_mlp_biases() -> None:
+    """A GPT-style (GELU, biased) MoE layer: each expert has its two MLP biases (f + h)."""
+    from solver.cost.flops import layer_parameter_count
+
+    dense = ModelSpec("d", 4, 64, 4, 100, 32)
+    moe = ModelSpec("m", 4, 64, 4, 100, 32, num_experts=4, experts_per_token=1)
+    gelu_mlp = 2 * 64 * 256 + 256 + 64
+    assert layer_parameter_count(moe, moe=True) - layer_parameter_count(dense) == 3 * gelu_mlp + 64 * 4
+    assert total_parameter_count(moe) - total_parameter_count(dense) == 4 * (3 * gelu_mlp + 64 * 4)
 
 
 def test_model_flops_follow_active_parameters() -> None:
