@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from solver.partition.chain import solve_chain
-from solver.partition.cpsat import solve_cpsat
 from solver.partition.fast import solve_fast
 from solver.partition.problem import PartitionProblem, PartitionSolution
 
@@ -23,4 +22,8 @@ def solve(problem: PartitionProblem, time_limit_s: float = 10.0, upper_bound_ns:
         return solve_fast(problem)
     if problem.num_stages * problem.num_layers**2 <= CHAIN_TABLE_LIMIT:
         return solve_chain(problem, upper_bound_ns)
+    # Imported here: OR-Tools (and the pandas it loads) costs ~0.3 s of start-up that the fast
+    # path and the chain program, which answer nearly every request, never need (bench/cli.py).
+    from solver.partition.cpsat import solve_cpsat
+
     return solve_cpsat(problem, time_limit_s=time_limit_s)
