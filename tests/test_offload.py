@@ -370,3 +370,56 @@ def test_an_infeasible_search_names_the_host_memory_offload_ran_out_of():
     # The closest miss is the GPU-memory miss without offload (offloaded plans fit the GPU).
     miss = explanation["closest_miss"]
     assert miss["parallel"]["offload"] == "none" and miss["peak_gib"] > miss["usable_gib"]
+
+
+# --------------------------------------------------------------------------- activation offload
+
+LONG = TrainingSpec(global_batch_size=8, seq_length=16384, precision=Precision.FP16)
+ZERO_INFINITY_ALL = replace(ZERO_INFINITY, offload=Offload.OPTIMIZER_PARAMS_ACTIVATIONS)
+
+
+def test_activation_offload_moves_the_recomputed_layers_checkpoints_to_the_host():
+    """ZeRO-Infinity's activation checkpoints in host memory: of the fully recomputed layers'
+    checkpoints (each layer's input, s x b x h 16-bit values) the GPU keeps two in transit."""
+    model = catalog.get_model("gpt3-13b")
+    params = evaluate(model, DGX2, LONG, ZERO_INFINITY, num_gpus=1)
+    everything = evaluate(model, DGX2, LONG, ZERO_INFINITY_ALL, num_gpus=1)
+    checkpoint = 2 * LONG.seq_length * model.hidden_size  # one sequence, 16 bit
+    moved = params.stages[0].memory_bytes["activations"] - everything.stages[0].memory_bytes["activations"]
+    assert moved == pytest.approx((model.num_layers - 2) * checkpoint)
+    assert everything.host_bytes_per_node - params.host_bytes_per_node == pytest.approx(model.num_layers * checkpoint)
+    # Down in forward, up in backward over PCIe, hidden behind the layers' compute here.
+    assert everything.prediction.step_time_s == pytest.approx(params.prediction.step_time_s)
+    # Nothing is recomputed, nothing is moved.
+    none = replace(ZERO_INFINITY_ALL, recompute=Recompute.NONE)
+    assert evaluate(model, DGX2, LONG, none, num_gpus=1).host_bytes_per_node == pytest.approx(
+        evaluate(model, DGX2, LONG, replace(none, offload=Offload.OPTIMIZER_PARAMS), num_gpus=1).host_bytes_per_node
+    )
+
+
+def test_search_offloads_activations_where_only_that_fits():
+    model = catalog.get_model("gpt3-13b")
+    params = evaluate(model, DGX2, LONG, ZERO_INFINITY, num_gpus=1).peak_bytes
+    everything = evaluate(model, DGX2, LONG, ZERO_INFINITY_ALL, num_gpus=1).peak_bytes
+    fraction = (params + everything) / 2 / (V100_CAPACITY_GIB * GIB_BYTES)
+    constraints = Constraints.parse({"max_memory_fraction": fraction, "micro_batch_size": 1})
+    result = search(SearchRequest(model, DGX2, LONG, num_gpus=1, constraints=constraints))
+    assert result.status == "succeeded" and result.best.parallel.offload is Offload.OPTIMIZER_PARAMS_ACTIVATIONS
+
+
+def test_activation_offload_exports():
+    from deepspeed.runtime.activation_checkpointing.config import DeepSpeedActivationCheckpointingConfig
+
+    plan = PlanToExport(catalog.get_model("gpt3-13b"), LONG, ZERO_INFINITY_ALL, 1)
+    deepspeed = export_plan(plan, ExportFormat.DEEPSPEED)
+    assert deepspeed.exact
+    checkpointing = DeepSpeedActivationCheckpointingConfig(_ds_config(deepspeed))
+    assert checkpointing.cpu_checkpointing and checkpointing.partition_activations
+    script = next(f for f in deepspeed.files if f.name == "launch.sh").text
+    assert "--checkpoint-in-cpu" in script and "--partition-activations" in script
+    # Megatron-DeepSpeed's block recomputation does not go through DeepSpeed's checkpointing.
+    partial = replace(ZERO_INFINITY_ALL, full_recompute_layers=(20,))
+    exported = export_plan(PlanToExport(plan.model, LONG, partial, 1), ExportFormat.DEEPSPEED)
+    assert exported.parallel.offload is Offload.OPTIMIZER_PARAMS and "parallel.offload" in {d.field for d in exported.differences}
+    for fmt in (ExportFormat.MEGATRON, ExportFormat.NEMO):
+        assert "parallel.offload" in {d.field for d in export_plan(plan, fmt).differences}

@@ -209,7 +209,7 @@ def _tail(
     layer_shard = cost.largest_layer_parameter_count * shard / cost.parameter_count if cost.parameter_count else 0.0
     exposed += stage_policy.num_micro_batches * offload_exposed_s(
         cluster, parallel.offload, parallel.zero_stage, shard, layer_shard, time.forward_s, time.backward_s + time.recompute_s,
-        stage_policy.grad_bytes_per_param,
+        stage_policy.grad_bytes_per_param, cost.offloaded_checkpoint_bytes,
     )
     step_s = offload_step_s(
         cluster, parallel.offload, parallel.zero_stage, shard, training.optimizer, num_gpus, stage_policy.grad_bytes_per_param

@@ -21,7 +21,12 @@ keeps its gradient buffer as without offload and the rank's shard goes down once
 last backward (Megatron-core's ``optimizer_cpu_offload``, whose HybridDeviceOptimizer copies the
 gradients to the host at the step; DeepSpeed's stage-1 offload at the accumulation boundary).
 
-Offloading to NVMe and activation checkpoints offloaded to host memory are not modelled.
+With activations offloaded as well (ZeRO-Infinity Sec 5, DeepSpeed's cpu_checkpointing), the
+inputs that fully recomputed layers keep for backward (their checkpoints) go to host memory as
+forward produces them and come back as backward reaches them: the GPU holds two layers' worth
+(one on its way down, one on its way up) instead of every recomputed layer's.
+
+Offloading to NVMe is not modelled.
 """
 
 from __future__ import annotations
@@ -54,7 +59,21 @@ CPU_OPTIMIZER_BYTES_PER_PARAM = {OptimizerKind.ADAM: 30, OptimizerKind.SGD: 22}
 
 
 def offloads_params(offload: Offload) -> bool:
-    return offload is Offload.OPTIMIZER_PARAMS
+    return offload in (Offload.OPTIMIZER_PARAMS, Offload.OPTIMIZER_PARAMS_ACTIVATIONS)
+
+
+def offloads_activations(offload: Offload) -> bool:
+    return offload is Offload.OPTIMIZER_PARAMS_ACTIVATIONS
+
+
+# Checkpoints on the GPU under activation offload: one layer's being copied down in forward and
+# one layer's brought back ahead of its backward.
+OFFLOADED_CHECKPOINT_BUFFERS = 2
+
+
+def checkpoint_buffer_bytes(largest_checkpoint_bytes: float, offload: Offload) -> float:
+    """GPU memory activation offload keeps for checkpoints in transit (nothing without it)."""
+    return OFFLOADED_CHECKPOINT_BUFFERS * largest_checkpoint_bytes if offloads_activations(offload) else 0.0
 
 
 def streams_gradients(offload: Offload, zero_stage: ZeroStage) -> bool:
@@ -131,7 +150,7 @@ def cpu_optimizer_step_s(cluster: ClusterSpec, shard_parameter_count: float, opt
 
 def offload_exposed_s(
     cluster: ClusterSpec, offload: Offload, zero_stage: ZeroStage, shard_parameter_count: float, largest_layer_shard: float,
-    forward_s: float, backward_s: float, grad_bytes_per_param: int,
+    forward_s: float, backward_s: float, grad_bytes_per_param: int, checkpoint_bytes: float = 0.0,
 ) -> float:
     """One micro-batch's PCIe traffic that compute does not hide, for one GPU whose shard (its
     1/dp of the stage, as ZeRO partitions it) is ``shard_parameter_count`` parameters:
@@ -139,7 +158,8 @@ def offload_exposed_s(
     offload the parameters brought up for forward and again for backward, prefetched beside the
     compute except the first layer's (ZeRO-Infinity Sec 6). PCIe copies run on the copy
     engines, so the compute beside them is not slowed. Gradients kept on the GPU go down at the
-    step (``offload_step_s``)."""
+    step (``offload_step_s``). ``checkpoint_bytes``: one micro-batch's offloaded activation
+    checkpoints, down during forward and up during backward."""
     if offload is Offload.NONE:
         return 0.0
     streamed = streams_gradients(offload, zero_stage)
@@ -148,8 +168,12 @@ def offload_exposed_s(
         return max(0.0, grads_down_s - backward_s)
     params_up_s = pcie_s(cluster, WEIGHT_BYTES_PER_PARAM * shard_parameter_count)
     first_layer_s = pcie_s(cluster, WEIGHT_BYTES_PER_PARAM * largest_layer_shard)
-    # PCIe is full duplex: backward's parameters up and gradients down share no direction.
-    return max(0.0, params_up_s - forward_s) + max(0.0, max(params_up_s, grads_down_s) - backward_s) + first_layer_s
+    checkpoints_s = pcie_s(cluster, checkpoint_bytes) if offloads_activations(offload) else 0.0
+    # PCIe is full duplex: in forward parameters go up while checkpoints go down; in backward
+    # parameters and checkpoints share the way up, gradients go down.
+    forward_exposed = max(0.0, max(params_up_s, checkpoints_s) - forward_s)
+    backward_exposed = max(0.0, max(params_up_s + checkpoints_s, grads_down_s) - backward_s)
+    return forward_exposed + backward_exposed + first_layer_s
 
 
 def offload_step_s(

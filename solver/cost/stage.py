@@ -30,7 +30,15 @@ from solver.cost.memory import (
     pipelined_sharding,
     reserve_bytes,
 )
-from solver.cost.offload import gpu_model_states, host_bytes_per_gpu, offload_buffer_bytes, offloads_params, streams_gradients
+from solver.cost.offload import (
+    checkpoint_buffer_bytes,
+    gpu_model_states,
+    host_bytes_per_gpu,
+    offload_buffer_bytes,
+    offloads_activations,
+    offloads_params,
+    streams_gradients,
+)
 from solver.cost.profile import LayerProfile
 from solver.cost.result import StageMemory
 from solver.spec.dimensions import Offload
@@ -73,7 +81,8 @@ class StageCost:
     in_flight_micro_batches: float
     any_full_recompute: bool
     expert_parameter_count: int = 0  # of parameter_count, routed experts (sharded over dp x cp / ep)
-    host_bytes: float = 0.0  # host memory this GPU's offloaded states take (solver.cost.offload)
+    host_bytes: float = 0.0  # host memory this GPU's offloaded states and checkpoints take (solver.cost.offload)
+    offloaded_checkpoint_bytes: float = 0.0  # one micro-batch's activation checkpoints sent to the host
 
 
 @dataclass(frozen=True)
@@ -277,16 +286,18 @@ def stage_cost(
     experts = sum(layer.expert_parameter_count for layer, _ in layers)
     held = stage_state_bytes(params, experts, policy)
     states = gpu_model_states(held, policy.offload, policy.zero_stage)
-    kept = sum(layer.kept_bytes(Recompute.FULL if full else base) for layer, full in layers)
+    # Activation offload sends the checkpoints of fully recomputed layers to the host.
+    offloaded = [layer.checkpoint_bytes for layer, full in layers if full] if offloads_activations(policy.offload) else []
+    kept = sum(layer.kept_bytes(Recompute.FULL if full else base) for layer, full in layers) - sum(offloaded)
     working = max((recompute_working_bytes(layer, Recompute.FULL if full else base) for layer, full in layers), default=0)
     allocated = dict(
         weights=states["weights"],
         gradients=states["gradients"],
         optimizer_states=states["optimizer_states"],
-        activations=activation_bytes(in_flight, kept, working),
+        activations=activation_bytes(in_flight, kept, working) + checkpoint_buffer_bytes(max(offloaded, default=0), policy.offload),
         embedding_and_logits=extras_activation_bytes(in_flight, embedding, head),
         zero3_gather_buffers=stage_buffer_bytes(largest, params, policy),
     )
     memory = StageMemory(**allocated, reserve=reserve_bytes(sum(allocated.values())))
-    host = host_bytes_per_gpu(held["optimizer_states"], policy.optimizer, policy.offload)
-    return StageCost(time, memory, params, largest, in_flight, any(full for _, full in layers), experts, host)
+    host = host_bytes_per_gpu(held["optimizer_states"], policy.optimizer, policy.offload) + in_flight * sum(offloaded)
+    return StageCost(time, memory, params, largest, in_flight, any(full for _, full in layers), experts, host, sum(offloaded))

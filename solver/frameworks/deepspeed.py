@@ -88,7 +88,7 @@ def offload_settings(parallel: ParallelConfig) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if parallel.offload is not Offload.NONE:
         out["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-    if parallel.offload is Offload.OPTIMIZER_PARAMS:
+    if parallel.offload in (Offload.OPTIMIZER_PARAMS, Offload.OPTIMIZER_PARAMS_ACTIVATIONS):
         out["offload_param"] = {"device": "cpu", "pin_memory": True}
     return out
 
@@ -173,6 +173,14 @@ def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, TrainingSpec, tupl
             " fully needs no more memory, and more time",
         ))
         parallel = all_full(parallel)
+    if parallel.offload is Offload.OPTIMIZER_PARAMS_ACTIVATIONS and recompute_form(plan, parallel) is not RecomputeForm.FULL_ALL:
+        out.append(differs(
+            "parallel.offload", parallel.offload.value, Offload.OPTIMIZER_PARAMS.value,
+            "DeepSpeed moves checkpoints to the CPU (cpu_checkpointing) only under its own activation"
+            " checkpointing, which Megatron-DeepSpeed runs when every layer is recomputed: the"
+            " checkpoints stay on the GPU, more memory than planned",
+        ))
+        parallel = replace(parallel, offload=Offload.OPTIMIZER_PARAMS)
     if training.precision in (Precision.FP8, Precision.MXFP8, Precision.NVFP4):
         out.append(differs(
             "training.precision", training.precision.value, "bf16",
@@ -219,8 +227,9 @@ def ds_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSp
     else:
         config["bf16"] = {"enabled": True}
     if recompute_form(plan, parallel) in (RecomputeForm.FULL_ALL, RecomputeForm.FULL_PARTIAL):
+        to_host = parallel.offload is Offload.OPTIMIZER_PARAMS_ACTIVATIONS  # cpu_checkpointing moves partitioned checkpoints
         config["activation_checkpointing"] = {
-            "partition_activations": False, "contiguous_memory_optimization": False, "cpu_checkpointing": False,
+            "partition_activations": to_host, "contiguous_memory_optimization": False, "cpu_checkpointing": to_host,
         }
     return config
 
@@ -249,6 +258,9 @@ def launcher_arguments(plan: PlanToExport, parallel: ParallelConfig, training: T
     elif form is RecomputeForm.FULL_ALL:
         args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", "1"),
                  ("--deepspeed-activation-checkpointing", None)]
+        if parallel.offload is Offload.OPTIMIZER_PARAMS_ACTIVATIONS:
+            # Megatron-DeepSpeed hands these to deepspeed.checkpointing.configure, over ds_config's.
+            args += [("--partition-activations", None), ("--checkpoint-in-cpu", None)]
     elif form is RecomputeForm.FULL_PARTIAL:  # no pipeline: one chunk, so any count is a block
         args += [("--recompute-granularity", "full"), ("--recompute-method", "block"),
                  ("--recompute-num-layers", str(full_recompute_counts(plan, parallel)[0]))]

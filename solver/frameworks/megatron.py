@@ -53,11 +53,12 @@ def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, tuple[Difference, 
     """The configuration nearest to the plan that Megatron runs exactly, and what differs."""
     parallel = plan.parallel
     out: list[Difference] = []
-    if parallel.offload is Offload.OPTIMIZER_PARAMS:
+    if parallel.offload in (Offload.OPTIMIZER_PARAMS, Offload.OPTIMIZER_PARAMS_ACTIVATIONS):
         out.append(differs(
             "parallel.offload", parallel.offload.value, Offload.OPTIMIZER.value,
-            "megatron-core offloads the optimizer (optimizer_cpu_offload) but not the parameters:"
-            " the 16-bit weights stay on the GPU, more memory than planned",
+            "megatron-core offloads the optimizer (optimizer_cpu_offload) but not the parameters, nor"
+            " recomputation checkpoints (its cpu_offloading moves whole layers' activations and weights,"
+            " another scheme): the 16-bit weights and checkpoints stay on the GPU, more memory than planned",
         ))
         parallel = replace(parallel, offload=Offload.OPTIMIZER)
     if parallel.zero_stage > ZeroStage.OS and parallel.offload is not Offload.NONE:

@@ -135,6 +135,11 @@ def exact_offload(parallel: ParallelConfig) -> tuple[ParallelConfig, list[Differ
             " several data- or context-parallel ranks; at one rank every state stays on the GPU",
         )]
     out: list[Difference] = []
+    if parallel.offload is Offload.OPTIMIZER_PARAMS_ACTIVATIONS:
+        out.append(differs(
+            "parallel.offload", parallel.offload.value, Offload.OPTIMIZER_PARAMS.value,
+            "torchtitan does not offload activation checkpoints: they stay on the GPU, more memory than planned",
+        ))
     if parallel.offload is Offload.OPTIMIZER:
         out.append(differs(
             "parallel.offload", parallel.offload.value, Offload.OPTIMIZER_PARAMS.value,

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from solver.cost.memory import in_flight_micro_batches, reserve_bytes
+from solver.cost.offload import checkpoint_buffer_bytes, offloads_activations
 from solver.cost.profile import ModelProfile
 from solver.cost.stage import (
     StagePolicy,
@@ -222,6 +223,11 @@ def partition_problem(
     # Exact for one stage; with several, before their layers are known, the two-layer bound.
     everything = sum(params) + sum(layer.parameter_count for layer in extras_all) if pp == 1 else math.inf
     gather_buffers = stage_buffer_bytes(largest, everything, policy)
+    if offloads_activations(parallel.offload):
+        # Recomputed layers' checkpoints go to the host; two layers' stay in transit (the
+        # largest: before the recomputed layers are known).
+        gather_buffers += checkpoint_buffer_bytes(max(checkpoints, default=0) * KIB_BYTES, parallel.offload)
+        checkpoints = (0,) * len(checkpoints)
 
     # Gradient accumulation is one kernel per stage: its launch is a stage extra, and each
     # layer carries its share of the bytes.

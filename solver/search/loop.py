@@ -330,7 +330,7 @@ def _search_min_gpus(run: SearchRun, counts: list[int]) -> list[_Held]:
 
 
 def offload_fallback(run: SearchRun) -> bool:
-    """Turn the run to offload (the optimizer, or the optimizer and the parameters) for a search that found
+    """Turn the run to offload (the optimizer; and the parameters; and the activation checkpoints) for a search that found
     nothing without it: offload trades step time for memory, so it is planned only where nothing
     fits otherwise (or, for min_gpus, where a GPU count has no plan otherwise). False where the
     request names its offload values or the cluster cannot cost offload (no host facts)."""
@@ -338,7 +338,7 @@ def offload_fallback(run: SearchRun) -> bool:
         return False
     if time.perf_counter() > run.deadline:
         return False
-    run.offload_modes = (Offload.OPTIMIZER, Offload.OPTIMIZER_PARAMS)
+    run.offload_modes = (Offload.OPTIMIZER, Offload.OPTIMIZER_PARAMS, Offload.OPTIMIZER_PARAMS_ACTIVATIONS)
     return True
 
 

@@ -25,7 +25,7 @@ class Kind(str, Enum):
     ZERO = "zero"  # a ZeRO stage, 0-3
     RECOMPUTE = "recompute"  # none, selective, full
     FLAG = "flag"  # true or false
-    OFFLOAD = "offload"  # what lives in host memory: none, optimizer, optimizer+params
+    OFFLOAD = "offload"  # what lives in host memory: none, optimizer, optimizer+params(+activations)
 
 
 class Offload(str, Enum):
@@ -35,12 +35,15 @@ class Offload(str, Enum):
     variance and gradients on the host, Adam stepped by the CPU, 16-bit gradients sent down and
     16-bit parameters up over PCIe each step. OPTIMIZER_PARAMS: ZeRO-Infinity (Rajbhandari et
     al. 2021, arXiv 2104.07857) also keeps the 16-bit parameters on the host and streams each
-    layer's up before it runs, as ZeRO-3 gathers them.
+    layer's up before it runs, as ZeRO-3 gathers them. OPTIMIZER_PARAMS_ACTIVATIONS: ZeRO-Infinity's
+    activation checkpoints offloaded too (Sec 5: the inputs kept by recomputed layers go to host
+    memory in forward and come back in backward; DeepSpeed's activation_checkpointing.cpu_checkpointing).
     """
 
     NONE = "none"
     OPTIMIZER = "optimizer"
     OPTIMIZER_PARAMS = "optimizer+params"
+    OPTIMIZER_PARAMS_ACTIVATIONS = "optimizer+params+activations"
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,8 @@ DIMENSIONS: tuple[Dimension, ...] = (
     Dimension(
         "offload", Kind.OFFLOAD,
         "what is kept in host memory: none; optimizer (ZeRO-Offload: fp32 optimizer states and gradients, Adam on the CPU);"
-        " optimizer+params (ZeRO-Infinity: 16-bit parameters too, streamed to the GPU layer by layer)",
+        " optimizer+params (ZeRO-Infinity: 16-bit parameters too, streamed to the GPU layer by layer);"
+        " optimizer+params+activations (the checkpoints of fully recomputed layers too)",
     ),
 )
 NUM_GPUS = Dimension("num_gpus", Kind.COUNT, "GPUs used (dp x tp x pp x cp)", of_config=False)

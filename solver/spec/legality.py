@@ -150,7 +150,7 @@ def offload_zero_stage(offload: Offload, dp_cp_size: int) -> ZeroStage:
     with stage 3); optimizer offload steps each rank's shard of the optimizer states, so it needs
     ZeRO-1 or more where there are several ranks (ZeRO-Offload Sec 4.2 partitions as ZeRO-2;
     Megatron-core offloads its distributed optimizer's, ZeRO-1's, shard)."""
-    if offload is Offload.OPTIMIZER_PARAMS:
+    if offload in (Offload.OPTIMIZER_PARAMS, Offload.OPTIMIZER_PARAMS_ACTIVATIONS):
         return ZeroStage.OS_G_P
     if offload is Offload.OPTIMIZER and dp_cp_size > 1:
         return ZeroStage.OS
