@@ -8,7 +8,8 @@ the mean absolute percentage error (MAPE).
 
 First the headline: the 22 records the bench held before it grew (``headline`` in
 run_inputs.json), which tests/test_accuracy.py guards. Then the grown bench (with the Blackwell
-runs of bench/data/published_runs_blackwell.json, issue 16): every other record row by row, a
+runs of bench/data/published_runs_blackwell.json and the mixture-of-experts runs of
+bench/data/published_runs_moe.json, issue 16): every other record row by row, a
 table per family (a family is a source: megatron2021, bloom, mbridge-gb300, vtrain, ...) with n,
 MAPE, signed mean error and worst run, vTrain's per-model Spearman rank correlation of iteration
 times, and the records the planner cannot express, each with its reason (a to-do list).
@@ -43,6 +44,7 @@ DATA = Path(__file__).parent / "data"
 MAPE_TARGET = 0.10
 WORST_TARGET = 0.20
 BLACKWELL_FAMILY_TARGET = 0.15  # issue 16: MAPE per family of the Blackwell runs
+MOE_FAMILY_TARGET = 0.15  # issue 16: MAPE per family of the mixture-of-experts runs
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,13 @@ def load_blackwell_records() -> list[dict]:
     on B200, GB200 NVL72 and GB300 NVL72 in FP8, MXFP8 and NVFP4; issue 16), each naming its
     catalog model (``model.catalog``)."""
     return list(json.loads((DATA / "published_runs_blackwell.json").read_text())["runs"])
+
+
+def load_moe_records() -> list[dict]:
+    """The published mixture-of-experts pre-training runs with expert parallelism (NVIDIA's NeMo
+    and Megatron-Bridge performance summaries: Mixtral, Llama 4 Scout and DeepSeek-V3 on H100 and
+    Blackwell; DeepSeek-V3's own report; issue 16), each naming its catalog model and ``ep``."""
+    return list(json.loads((DATA / "published_runs_moe.json").read_text())["runs"])
 
 
 def load_inputs() -> dict:
@@ -223,7 +232,9 @@ def _layout_candidates(par: dict, settings: dict, model: ModelSpec, global_batch
     # the first and the last model chunk (Llama 3, Sec 3.3.2: 126 layers on 16 stages).
     trimmed = settings.get("stage_layout") == "first_last_one_fewer"
     chunked_layers = model.num_layers + 2 if trimmed else model.num_layers
-    if settings.get("virtual_stages") or par.get("virtual_pipeline"):
+    if settings.get("stage_layers"):  # the source's explicit layout: one entry per model chunk
+        virtual = [len(settings["stage_layers"]) // pp]
+    elif settings.get("virtual_stages") or par.get("virtual_pipeline"):
         virtual = [settings.get("virtual_stages") or par["virtual_pipeline"]]
     elif par.get("interleave") and pp > 1:
         virtual = [v for v in range(1, chunked_layers // pp + 1) if chunked_layers % (pp * v) == 0][:8]
@@ -236,12 +247,13 @@ def _layout_candidates(par: dict, settings: dict, model: ModelSpec, global_batch
     sp = [bool(known_sp if known_sp is not None else settings.get("sequence_parallel", False))]
     zero = par.get("zero_stage")
     zero = ZeroStage(zero if zero is not None else settings.get("zero_stage", 0))
+    ep = par.get("ep") or 1
     for mb, v, rc, seq_par in itertools.product(micro, virtual, recompute, sp):
-        layout = None
+        layout = tuple(settings["stage_layers"]) if settings.get("stage_layers") else None
         if trimmed:
             per_chunk = chunked_layers // (pp * v)
             layout = (per_chunk - 1,) + (per_chunk,) * (pp * v - 2) + (per_chunk - 1,)
-        yield ParallelConfig(dp, tp, pp, zero, mb, rc, v, seq_par, layout, cp_size=cp)
+        yield ParallelConfig(dp, tp, pp, zero, mb, rc, v, seq_par, layout, cp_size=cp, ep_size=ep)
 
 
 def record_settings(record: dict, inputs: dict) -> dict:
@@ -361,9 +373,9 @@ def evaluate_all() -> list[RunResult]:
 
 
 def bench_records() -> list[dict]:
-    """Every record of the grown bench: the published runs, the Blackwell runs, then vTrain's
-    public rows."""
-    return load_records() + load_blackwell_records() + vtrain.load_records()
+    """Every record of the grown bench: the published runs, the Blackwell runs, the MoE runs,
+    then vTrain's public rows."""
+    return load_records() + load_blackwell_records() + load_moe_records() + vtrain.load_records()
 
 
 def evaluate_bench() -> list[RunResult]:
@@ -465,6 +477,13 @@ def print_grown_bench(results: list[RunResult], headline: set[str]) -> None:
         f"Blackwell (issue 16): {sum(row.count for row in blackwell_rows)} of {len(blackwell)} runs evaluated; "
         + ", ".join(f"{row.family} {row.mape:.1%}" for row in blackwell_rows)
         + f" (target <= {BLACKWELL_FAMILY_TARGET:.0%} per family)"
+    )
+    moe = {record["id"] for record in load_moe_records()}
+    moe_rows = family_table([r for r in results if r.run_id in moe])[:-1]
+    print(
+        f"Mixture of experts (issue 16): {sum(row.count for row in moe_rows)} of {len(moe)} runs evaluated; "
+        + ", ".join(f"{row.family} {row.mape:.1%}" for row in moe_rows)
+        + f" (target <= {MOE_FAMILY_TARGET:.0%} per family)"
     )
     infeasible = [r.run_id for r in evaluated if "INFEASIBLE" in r.filled]
     if infeasible:

@@ -383,6 +383,7 @@ class StackFacts(BaseModel):
     )
     loss_dtype: Literal["fp32", "half"] = Field(description="dtype the cross entropy computes in (its memory at the loss)")
     low_precision_saved_inputs: bool = Field(description="FP8-family GEMMs keep their inputs for backward in the low-precision copy (Transformer Engine)")
+    ep_comm_overlap: bool = Field(description="MoE dispatch and combine all-to-alls run beside another micro-batch's compute (combined 1F1B, DualPipe)")
 
 
 class StackFactSources(BaseModel):
@@ -402,6 +403,7 @@ class StackFactSources(BaseModel):
     grad_reduce: str
     loss_dtype: str
     low_precision_saved_inputs: str
+    ep_comm_overlap: str
 
 
 class StackEntry(BaseModel):

@@ -71,6 +71,9 @@ class Training(BaseModel):
     low_precision_saved_inputs: Flag | None = Field(
         None, description="FP8-family GEMMs keep their inputs for backward in the low-precision copy (Transformer Engine); null: the stack's"
     )
+    ep_comm_overlap: Flag | None = Field(
+        None, description="MoE dispatch and combine all-to-alls run beside another micro-batch's compute (combined 1F1B, DualPipe); null: the stack's"
+    )
 
 
 Parallel = create_model(

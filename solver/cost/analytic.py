@@ -38,7 +38,7 @@ from solver.cost.flops import (
     predicted_tokens,
 )
 from solver.cost.mla import MlaCost, mla_cost
-from solver.cost.moe import MoeMlpCost, moe_mlp_cost
+from solver.cost.moe import MoeMlpCost, ep_comm_exposed_s, moe_mlp_cost
 from solver.cost.profile import LayerKind, LayerProfile, ModelProfile, ProfileShape
 from solver.spec.hardware import ClusterSpec, GpuSpec
 from solver.spec.model import Architecture, MlpActivation, ModelSpec
@@ -380,22 +380,25 @@ def _mla_layer(standard: LayerProfile, cost: MlaCost) -> LayerProfile:
     )
 
 
-def _moe_layer(dense: LayerProfile, cost: MoeMlpCost, gpu: GpuSpec) -> LayerProfile:
+def _moe_layer(dense: LayerProfile, cost: MoeMlpCost, gpu: GpuSpec, ep_comm_overlap: bool) -> LayerProfile:
     """An MoE layer: the dense layer of the same shape with its MLP swapped for the router,
     shared and routed experts, and the dispatch and combine all-to-alls added
-    (``solver.cost.moe``). Backward costs its GEMMs and element-wise work in the dense layer's
-    ratios (BACKWARD_TO_FORWARD, ELEMENTWISE_BACKWARD_TO_FORWARD)."""
+    (``solver.cost.moe``), exposed or run beside the layer's compute as the stack does
+    (``moe.ep_comm_exposed_s``). Backward costs its GEMMs and element-wise work in the dense
+    layer's ratios (BACKWARD_TO_FORWARD, ELEMENTWISE_BACKWARD_TO_FORWARD)."""
     gemm_s = cost.gemm_forward_s - cost.dense_gemm_forward_s
     elementwise_s = elementwise_time_s(gpu, cost.elementwise_bytes, kernels=cost.elementwise_kernels)
     kept = int(cost.kept_bytes)
+    forward_s = dense.forward_s + gemm_s + elementwise_s
+    backward_s = dense.backward_s + BACKWARD_TO_FORWARD * gemm_s + ELEMENTWISE_BACKWARD_TO_FORWARD * elementwise_s
     return replace(
         dense,
-        forward_s=dense.forward_s + gemm_s + elementwise_s,
-        backward_s=dense.backward_s + BACKWARD_TO_FORWARD * gemm_s + ELEMENTWISE_BACKWARD_TO_FORWARD * elementwise_s,
+        forward_s=forward_s,
+        backward_s=backward_s,
         activation_bytes=dense.activation_bytes + kept,
         selective_activation_bytes=dense.selective_activation_bytes + kept,
         tp_comm_s=dense.tp_comm_s + cost.tp_comm_s,
-        ep_comm_s=cost.ep_comm_s,
+        ep_comm_s=ep_comm_exposed_s(cost.ep_comm_s, forward_s + backward_s, ep_comm_overlap, gpu.overlap_slowdown),
         parameter_count=cost.parameter_count,
         expert_parameter_count=cost.expert_parameter_count,
         model_flops=dense.model_flops + cost.model_flops,
@@ -515,7 +518,7 @@ def analytic_profile(
     layers = [_embedding_profile(model, cluster, *args)]
     if model.is_moe:
         cost = moe_mlp_cost(model, cluster, training.precision, tokens, shape.tp_size, shape.ep_size)
-        moe_layer = _moe_layer(layer, cost, cluster.gpu)
+        moe_layer = _moe_layer(layer, cost, cluster.gpu, training.ep_comm_overlap)
         layers += [_renamed(moe_layer if model.is_moe_layer(i) else layer, f"layer.{i}") for i in range(model.num_layers)]
     else:
         layers += [layer if i == 0 else replace(layer, name=f"layer.{i}") for i in range(model.num_layers)]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from solver.cost.comm import all_reduce_s, all_to_all_s, tp_link
+from solver.cost.comm import all_reduce_s, all_to_all_s, overlapped_exposed_s, tp_link
 from solver.cost.compute import gemm_time_s
 from solver.cost.flops import (
     layer_expert_parameter_count,
@@ -58,7 +58,7 @@ class MoeMlpCost:
     elementwise_kernels: int
     kept_bytes: float  # activation bytes kept for backward added (wider MLP, dispatched tokens)
     tp_comm_s: float  # tensor-parallel traffic added (expert-TP gather / scatter of routed tokens)
-    ep_comm_s: float  # dispatch + combine, forward and backward: four all-to-alls
+    ep_comm_s: float  # dispatch + combine, forward and backward: four all-to-alls, on the wire
     parameter_count: int  # this GPU's parameters of the whole MoE layer
     expert_parameter_count: int  # of which routed experts (sharded over ep and tp)
     model_flops: float  # useful forward + backward FLOPs added on this GPU (active experts for the dense MLP)
@@ -73,9 +73,26 @@ def dispatch_bytes(model: ModelSpec, tokens: float, tp_size: int) -> float:
 
 def ep_comm_s(cluster: ClusterSpec, model: ModelSpec, tokens: float, tp_size: int, ep_size: int) -> float:
     """One MoE layer's all-to-alls on one rank: dispatch and combine forward, their gradients
-    backward (2 + 2). Megatron-core runs them on the compute stream (exposed); overlapping them
-    with another micro-batch's compute (DeepSeek-V3's DualPipe, Sec 3.2.1) is not modelled."""
+    backward (2 + 2), as they take on the wire; ``ep_comm_exposed_s`` says what they add to the
+    step."""
     return 4 * all_to_all_s(cluster, dispatch_bytes(model, tokens, tp_size), ep_size, tp_size)
+
+
+def ep_comm_exposed_s(comm_s: float, layer_compute_s: float, overlap: bool, slowdown: float) -> float:
+    """Seconds one MoE layer's four all-to-alls (``comm_s``, per micro-batch) add to the step.
+
+    Without overlap (``TrainingSpec.ep_comm_overlap`` False) they run on the compute stream and
+    are waited for: all of ``comm_s``. With it, each runs beside the compute of another
+    micro-batch's pass through the same layer: Megatron-core's combined 1F1B schedule
+    (``--overlap-moe-expert-parallel-comm``) pairs one micro-batch's forward with another's
+    backward and issues the dispatch and combine of one inside the attention and expert compute of
+    the other; DeepSeek-V3's DualPipe (arXiv 2412.19437 Sec 3.2.1, Figure 4) does the same with a
+    forward and a backward chunk. The compute they hide behind is the layer's forward and backward
+    (``layer_compute_s``), which runs ``slowdown`` slower beside them (``GpuSpec.overlap_slowdown``):
+    the same physics as the overlapped TP collectives (``comm.overlapped_exposed_s``)."""
+    if not overlap:
+        return comm_s
+    return overlapped_exposed_s(comm_s, layer_compute_s, slowdown)
 
 
 def moe_mlp_cost(

@@ -164,6 +164,11 @@ class TrainingSpec:
     # GEMM) or in 16 bit (torchao's Float8Linear saves the high-precision input and casts again in
     # backward: its README's Llama 3 8B training table shows the same peak memory in bf16 and FP8).
     low_precision_saved_inputs: bool = False
+    # Whether an MoE layer's token dispatch and combine all-to-alls run beside compute (another
+    # micro-batch's forward or backward of the same layer: Megatron-core's combined 1F1B schedule,
+    # ``--overlap-moe-expert-parallel-comm``, 0.14+, off by default; DeepSeek-V3's DualPipe, arXiv
+    # 2412.19437 Sec 3.2.1) or on the compute stream, waited for (False). Dense layers are untouched.
+    ep_comm_overlap: bool = False
 
     def __post_init__(self) -> None:
         check_positive_int("training.global_batch_size", self.global_batch_size)

@@ -1,0 +1,126 @@
+"""The mixture-of-experts runs of the accuracy bench (issue 16): published pre-training throughput
+with expert parallelism (bench/data/published_runs_moe.json: DeepSeek-V3 from NVIDIA's
+Megatron-Bridge performance summary, Mixtral and Llama 4 Scout from NVIDIA's NeMo performance
+summary, DeepSeek-V3's own report), evaluated as their own families, deterministically."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.accuracy import (
+    MOE_FAMILY_TARGET,
+    _candidates,
+    _model_for,
+    evaluate_bench,
+    family_table,
+    load_inputs,
+    load_moe_records,
+    record_settings,
+    training_for,
+)
+
+FAMILIES = ("mbridge-moe", "nemo-moe", "deepseek-v3-report")
+
+# The runs the planner cannot express yet, each with the reason the bench prints (a to-do list):
+# 61 DeepSeek-V3 layers on a pipeline whose layout no source read states.
+NOT_EXPRESSIBLE = {
+    "moe-mbridge2511-gb300-deepseek-v3-256gpu-bf16-wo-mtp": "pp 2 x vp 4 = 8 model chunks",
+    "moe-mbridge2511-gb300-deepseek-v3-256gpu-mxfp8-wo-mtp": "pp 2 x vp 4 = 8 model chunks",
+    "moe-mbridge2511-gb200-deepseek-v3-256gpu-mxfp8-wo-mtp": "pp 8 x vp 4 = 32 model chunks",
+}
+
+
+@pytest.fixture(scope="module")
+def moe_results():
+    ids = {record["id"] for record in load_moe_records()}
+    return [r for r in evaluate_bench() if r.run_id in ids]
+
+
+def test_every_moe_record_is_evaluated_or_listed_with_its_reason(moe_results):
+    records = load_moe_records()
+    assert len(records) == 16
+    assert [r.run_id for r in moe_results] == [record["id"] for record in records]
+    skipped = {r.run_id: r.skipped for r in moe_results if r.skipped}
+    assert set(skipped) == set(NOT_EXPRESSIBLE)
+    for run_id, reason in NOT_EXPRESSIBLE.items():
+        assert reason in skipped[run_id] and "layout is not published" in skipped[run_id]
+    evaluated = [r for r in moe_results if not r.skipped]
+    assert len(evaluated) == 13
+    for r in evaluated:
+        assert r.metric == "tokens_per_sec_per_gpu" and r.predicted is not None and r.predicted > 0, r
+
+
+def test_nemo_moe_family_meets_the_issue_16_target(moe_results):
+    rows = {row.family: row for row in family_table(moe_results)}
+    assert set(rows) == set(FAMILIES) | {"all"}
+    assert rows["nemo-moe"].count == 5
+    assert rows["nemo-moe"].mape <= MOE_FAMILY_TARGET, rows["nemo-moe"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "issue 16 target not met yet: mbridge-moe is +23% optimistic on average (DeepSeek-V3 at pp 16 on "
+        "DGX-B200/B300 +28..+61%: MTP, HybridEP and CUDA graphs are not modelled) and the DeepSeek-V3 report "
+        "row -16% (a whole-run average; DualPipe's schedule costed as 1F1B)"
+    ),
+)
+@pytest.mark.parametrize("family", ["mbridge-moe", "deepseek-v3-report"])
+def test_deepseek_families_meet_the_issue_16_target(moe_results, family):
+    rows = {row.family: row for row in family_table(moe_results)}
+    assert rows[family].mape <= MOE_FAMILY_TARGET, rows[family]
+
+
+def test_each_record_takes_its_parallel_layout_precision_node_and_model_from_sourced_settings():
+    inputs = load_inputs()
+    for record in load_moe_records():
+        settings = record_settings(record, inputs)
+        assert settings["why"], record["id"]
+        assert record["where_in_source"] and record["source"], record["id"]
+        assert settings["family"] in FAMILIES
+        assert settings["node"] == record["cluster"]["node"]
+        assert settings["precision"] == record["precision"].split()[0]
+        assert settings["stack"] == "megatron-core-2024"
+        model = _model_for(record, settings)
+        assert model is not None and model.name == record["model"]["catalog"] and model.is_moe
+        par = record["parallel"]
+        assert par["dp"] * par["tp"] * par["pp"] * par["cp"] == record["cluster"]["gpus"]
+        if par["gradient_accumulation"] is not None:  # the table's GA is GBS / (MBS x dp)
+            assert par["global_batch"] == par["micro_batch"] * par["dp"] * par["gradient_accumulation"], record["id"]
+        # Megatron-core runs MoE with tp > 1 only under sequence parallelism.
+        assert settings.get("sequence_parallel", False) is (par["tp"] > 1), record["id"]
+        if settings.get("not_expressible"):
+            continue
+        training = training_for(record, settings, model)
+        candidates = list(_candidates(record, settings, model, training.global_batch_size))
+        assert candidates, record["id"]
+        for parallel in candidates:
+            assert (parallel.tp_size, parallel.pp_size, parallel.cp_size, parallel.ep_size) == (par["tp"], par["pp"], par["cp"], par["ep"])
+            assert parallel.dp_size == par["dp"]
+            assert parallel.virtual_stages == (par["virtual_pipeline"] or 1), record["id"]
+            if par["micro_batch"]:
+                assert parallel.micro_batch_size == par["micro_batch"]
+            if settings.get("stage_layers"):
+                assert parallel.stage_layers == tuple(settings["stage_layers"])
+                assert sum(parallel.stage_layers) == model.num_layers == 61
+
+
+def test_only_the_runs_whose_stack_overlaps_the_all_to_alls_say_so():
+    """Megatron-Bridge's 25.09 H100 script turns on the combined 1F1B EP overlap
+    (overlap_moe_expert_parallel_comm) and DeepSeek-V3 trained with DualPipe; NVIDIA's Blackwell
+    DeepSeek-V3 presets and NeMo's Mixtral / Llama 4 scripts leave it off."""
+    inputs = load_inputs()
+    overlapped = set()
+    for record in load_moe_records():
+        settings = record_settings(record, inputs)
+        model = _model_for(record, settings)
+        assert model is not None
+        if training_for(record, settings, model).ep_comm_overlap:
+            overlapped.add(record["id"])
+    assert overlapped == {"moe-mbridge2509-h100-deepseek-v3-1024gpu-fp8", "moe-deepseekv3-report-2048gpu"}
+
+
+def test_deepseek_report_row_is_its_gpu_hours_per_trillion_tokens():
+    (record,) = [r for r in load_moe_records() if r["id"] == "moe-deepseekv3-report-2048gpu"]
+    assert record["measured"]["tokens_per_sec_per_gpu"] == pytest.approx(1e12 / (180e3 * 3600), abs=0.05)
+    assert (record["cluster"]["gpus"], record["parallel"]["pp"], record["parallel"]["ep"], record["parallel"]["zero_stage"]) == (2048, 16, 64, 1)
