@@ -5,21 +5,25 @@ as ``violations(parallel)`` and, where a plan can be exported to it, ``export(pl
 runs, which rules out only ZeRO-2/3 with pipeline parallelism (no framework here runs it);
 Megatron (and NeMo, through it) and torchtitan run context parallelism, DeepSpeed and FSDP do not.
 ``export_plan`` writes a plan in a framework's launch config (see ``solver.frameworks.export``);
-``export_violations`` and ``export_mechanics`` say how to judge what an export runs."""
+``export_violations`` and ``export_mechanics`` say how to judge what an export runs.
+``nearest_exact`` is what a framework runs exactly nearest to a configuration: each module's
+``exact_config``, the very function its export writes from, so a search that keeps only what
+``nearest_exact`` calls exact returns only plans whose export is exact."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from solver.frameworks import deepspeed, fsdp, megatron, nemo, torchtitan
-from solver.frameworks.export import Difference, Export, ExportFormat, LaunchFile, PlanToExport
+from solver.frameworks.export import Difference, Export, ExportFormat, LaunchFile, Nearest, PlanToExport
+from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig
 from solver.spec.rules import Rule, Violation
-from solver.spec.training import Framework
+from solver.spec.training import Framework, TrainingSpec
 
 __all__ = [
-    "FRAMEWORK_RULES", "Difference", "Export", "ExportFormat", "LaunchFile", "PlanToExport", "export_mechanics",
-    "export_plan", "export_violations", "framework_violations",
+    "FRAMEWORK_RULES", "Difference", "Export", "ExportFormat", "LaunchFile", "Nearest", "PlanToExport", "framework_format",
+    "export_mechanics", "export_plan", "export_violations", "framework_violations", "nearest_exact",
 ]
 
 # The rules a framework itself sets (as opposed to structure, placement or memory).
@@ -58,6 +62,21 @@ _EXPORT_RULES: dict[ExportFormat, Callable[[ParallelConfig], list[Violation]]] =
     ExportFormat.NEMO: nemo.violations,
 }
 
+_EXACT: dict[ExportFormat, Callable[[PlanToExport], Nearest]] = {
+    ExportFormat.MEGATRON: megatron.exact_config,
+    ExportFormat.DEEPSPEED: deepspeed.exact_config,
+    ExportFormat.TORCHTITAN: torchtitan.exact_config,
+    ExportFormat.NEMO: nemo.exact_config,
+}
+
+# The launch config a request's framework is exported as ('any' has none; FSDP is a set of
+# rules without an export).
+_FORMATS = {
+    Framework.MEGATRON: ExportFormat.MEGATRON,
+    Framework.DEEPSPEED: ExportFormat.DEEPSPEED,
+    Framework.TORCHTITAN: ExportFormat.TORCHTITAN,
+}
+
 # Whose mechanics the cost model applies to an export: NeMo trains through megatron-core.
 _MECHANICS = {
     ExportFormat.MEGATRON: Framework.MEGATRON,
@@ -87,3 +106,16 @@ def export_violations(parallel: ParallelConfig, export_format: ExportFormat) -> 
 def export_mechanics(export_format: ExportFormat) -> Framework:
     """The framework whose mechanics the cost model applies to what ``export_format`` runs."""
     return _MECHANICS[ExportFormat(export_format)]
+
+
+def framework_format(framework: Framework) -> ExportFormat | None:
+    """The launch config a plan searched for ``framework`` is exported as (None: none)."""
+    return _FORMATS.get(Framework(framework))
+
+
+def nearest_exact(
+    model: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, export_format: ExportFormat
+) -> Nearest:
+    """What ``export_format`` runs exactly nearest to ``parallel`` under ``training``, with every
+    difference: exactly what ``export_plan`` writes and names (node size plays no part)."""
+    return _EXACT[ExportFormat(export_format)](PlanToExport(model, training, parallel, gpus_per_node=1))

@@ -22,6 +22,7 @@ from solver.frameworks.export import (
     Export,
     ExportFormat,
     LaunchFile,
+    Nearest,
     PlanToExport,
     RecomputeForm,
     all_full,
@@ -100,7 +101,7 @@ def pipeline_split(num_layers: int, pp_size: int) -> tuple[int, ...]:
     return tuple(base + (1 if stage < extra else 0) for stage in range(pp_size))
 
 
-def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, TrainingSpec, tuple[Difference, ...]]:
+def exact_config(plan: PlanToExport) -> Nearest:
     """The configuration and training settings nearest to the plan that DeepSpeed runs exactly,
     and what differs."""
     parallel, training = plan.parallel, plan.training
@@ -187,7 +188,7 @@ def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, TrainingSpec, tupl
             f"DeepSpeed and Megatron-DeepSpeed have no {training.precision.value} GEMM setting; bf16 GEMMs take longer",
         ))
         training = replace(training, precision=Precision.BF16)
-    return parallel, training, tuple(out)
+    return Nearest(parallel, training, tuple(out))
 
 
 def ds_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSpec) -> dict[str, Any]:
@@ -291,7 +292,8 @@ def launcher_arguments(plan: PlanToExport, parallel: ParallelConfig, training: T
 
 
 def export(plan: PlanToExport) -> Export:
-    parallel, training, differences = exact_config(plan)
+    nearest = exact_config(plan)
+    parallel, training, differences = nearest.parallel, nearest.training, nearest.differences
     program = "pretrain_bert.py" if plan.model.architecture is Architecture.ENCODER else "pretrain_gpt.py"
     header = [
         f"Megatron-DeepSpeed launch for {plan.model.name} on {plan.num_gpus} GPUs ({plan.num_nodes} node(s) x {plan.processes_per_node}):"

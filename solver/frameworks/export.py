@@ -2,8 +2,10 @@
 
 An export never claims more than its framework runs. Each framework module (``megatron``,
 ``deepspeed``, ``torchtitan``, ``nemo``) first finds the configuration it can run exactly that is
-nearest to the plan (``exact_config``), naming every way it differs from the plan, and then
-writes its launch files for that configuration. ``Export.exact`` is True only when nothing
+nearest to the plan (``exact_config``, a ``Nearest``), naming every way it differs from the plan,
+and then writes its launch files for that configuration. The search asks the same
+``exact_config`` (``solver.frameworks.nearest_exact``) for a request that names the framework, so
+what it returns and what the export writes can never disagree. ``Export.exact`` is True only when nothing
 differs; otherwise ``Export.parallel`` is the nearest exact configuration and
 ``Export.differences`` says what changed and why.
 
@@ -89,6 +91,20 @@ class Difference:
     planned: str
     exported: str
     reason: str
+
+
+@dataclass(frozen=True)
+class Nearest:
+    """The configuration and training settings nearest to a plan that a framework runs
+    exactly, and every way they differ from the plan (none: the plan is exact there)."""
+
+    parallel: ParallelConfig
+    training: TrainingSpec
+    differences: tuple[Difference, ...]
+
+    @property
+    def exact(self) -> bool:
+        return not self.differences
 
 
 @dataclass(frozen=True)

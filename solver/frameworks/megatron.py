@@ -26,6 +26,7 @@ from solver.frameworks.export import (
     Export,
     ExportFormat,
     LaunchFile,
+    Nearest,
     PlanToExport,
     RecomputeForm,
     all_full,
@@ -49,7 +50,7 @@ def violations(parallel: ParallelConfig) -> list[Violation]:
     return []
 
 
-def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, tuple[Difference, ...]]:
+def exact_config(plan: PlanToExport) -> Nearest:
     """The configuration nearest to the plan that Megatron runs exactly, and what differs."""
     parallel = plan.parallel
     out: list[Difference] = []
@@ -77,7 +78,7 @@ def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, tuple[Difference, 
         ))
         parallel = replace(parallel, zero_stage=ZeroStage.OS)
     parallel, recompute = exact_recompute(plan, parallel)
-    return parallel, (*out, *recompute)
+    return Nearest(parallel, plan.training, (*out, *recompute))
 
 
 def exact_recompute(plan: PlanToExport, parallel: ParallelConfig) -> tuple[ParallelConfig, tuple[Difference, ...]]:
@@ -252,7 +253,8 @@ def torchrun(plan: PlanToExport) -> list[str]:
 
 
 def export(plan: PlanToExport) -> Export:
-    parallel, differences = exact_config(plan)
+    nearest = exact_config(plan)
+    parallel, differences = nearest.parallel, nearest.differences
     program = "pretrain_bert.py" if plan.model.architecture is Architecture.ENCODER else "pretrain_gpt.py"
     header = [
         f"Megatron-LM launch for {plan.model.name} on {plan.num_gpus} GPUs ({plan.num_nodes} node(s) x {plan.processes_per_node}):"

@@ -19,6 +19,7 @@ from solver.frameworks.export import (
     Export,
     ExportFormat,
     LaunchFile,
+    Nearest,
     PlanToExport,
     differs,
     recompute_form,
@@ -55,7 +56,7 @@ def first_last_split(layers: tuple[int, ...]) -> tuple[int | None, int | None] |
     return first, last
 
 
-def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, tuple[Difference, ...]]:
+def exact_config(plan: PlanToExport) -> Nearest:
     """The configuration nearest to the plan that NeMo runs exactly, and what differs."""
     parallel = plan.parallel
     out: list[Difference] = []
@@ -90,7 +91,7 @@ def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, tuple[Difference, 
         stage_layers = None if split == uniform_partition(n, chunks) else split
         parallel = resplit(parallel, recompute_form(plan, parallel), stage_layers, parallel.virtual_stages)
     parallel, recompute = exact_recompute(plan, parallel)
-    return parallel, (*out, *recompute)
+    return Nearest(parallel, plan.training, (*out, *recompute))
 
 
 def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[str, YamlValue]]:
@@ -187,7 +188,8 @@ def _yaml(value: YamlValue) -> str:
 
 
 def export(plan: PlanToExport) -> Export:
-    parallel, differences = exact_config(plan)
+    nearest = exact_config(plan)
+    parallel, differences = nearest.parallel, nearest.differences
     header = [
         f"NeMo Megatron GPT overrides for {plan.model.name} on {plan.num_gpus} GPUs:"
         f" dp {parallel.dp_size} x tp {parallel.tp_size} x pp {parallel.pp_size}.",

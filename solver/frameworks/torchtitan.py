@@ -24,6 +24,7 @@ from solver.frameworks.export import (
     Export,
     ExportFormat,
     LaunchFile,
+    Nearest,
     PlanToExport,
     RecomputeForm,
     all_full,
@@ -46,7 +47,7 @@ def violations(parallel: ParallelConfig) -> list[Violation]:
     return []
 
 
-def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, TrainingSpec, tuple[Difference, ...]]:
+def exact_config(plan: PlanToExport) -> Nearest:
     """The configuration nearest to the plan that torchtitan runs exactly, and what differs."""
     parallel, training = plan.parallel, plan.training
     out: list[Difference] = []
@@ -105,7 +106,7 @@ def exact_config(plan: PlanToExport) -> tuple[ParallelConfig, TrainingSpec, tupl
             "torchtitan's quantized linears (torchao) run MXFP8, not NVFP4; MXFP8 GEMMs run at half NVFP4's peak",
         ))
         training = replace(training, precision=Precision.MXFP8)
-    return parallel, training, tuple(out)
+    return Nearest(parallel, training, tuple(out))
 
 
 def model_parts(plan: PlanToExport, parallel: ParallelConfig) -> list[list[str]]:
@@ -228,7 +229,8 @@ def _toml(value: TomlValue) -> str:
 
 
 def export(plan: PlanToExport) -> Export:
-    parallel, training, differences = exact_config(plan)
+    nearest = exact_config(plan)
+    parallel, training, differences = nearest.parallel, nearest.training, nearest.differences
     header = [
         f"torchtitan job for {plan.model.name} on {plan.num_gpus} GPUs: dp {parallel.dp_size} x tp {parallel.tp_size} x pp {parallel.pp_size}.",
         "exact: the plan as planned." if not differences else "NOT exact: the nearest configuration torchtitan runs; see the differences.",

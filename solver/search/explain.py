@@ -116,6 +116,11 @@ def _changes(run, miss: MemoryMiss | None):
     for dimension in relaxable():
         if dimension.name in c.allowed:
             out.append((f"lift the {dimension.name} constraint", replace(request, constraints=_relaxed(c, dimension.name))))
+    if run.framework_training is not None:
+        # Settings the framework runs otherwise (a precision, DeepSpeed's gradient reduction under a pipeline).
+        runs, fields = run.framework_training
+        changed = ", ".join(f"{name} {_setting(getattr(runs, name))}" for name in fields)
+        out.append((f"the training settings {c.framework.value} runs ({changed})", replace(request, training=runs)))
     if c.framework is not Framework.ANY:
         out.append((f"a framework other than {c.framework.value} (any)", replace(request, constraints=replace(c, framework=Framework.ANY))))
     if c.max_memory_fraction < 1.0:
@@ -144,6 +149,13 @@ def _changes(run, miss: MemoryMiss | None):
     return out
 
 
+def _setting(value) -> str:
+    """A training setting as a request writes it (an enum's value; true/false)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(getattr(value, "value", value))
+
+
 def explain(run, find_plans) -> Explanation:
     """Why ``run`` found nothing. ``find_plans`` is the search to check each suggested change
     with (``solver.search.loop.find_plans``), passed in so that this module does not import the
@@ -151,6 +163,9 @@ def explain(run, find_plans) -> Explanation:
     rule, count = _binding(run)
     request = run.request
     miss = closest_miss(run) if run.legal else None
+    if rule is Rule.MEMORY and (miss is None or miss.fits) and run.rejected.get(Rule.FRAMEWORK_EXACT):
+        # What fits, the request's framework runs only otherwise (its training settings).
+        rule, count = Rule.FRAMEWORK_EXACT, run.rejected[Rule.FRAMEWORK_EXACT]
     if rule is Rule.MEMORY and miss is not None:
         summary = "No configuration fits in memory: " + miss.text
     elif rule is Rule.DEADLINE:

@@ -12,6 +12,8 @@ Order of work (best-first branch and bound, in ``solver.search.space`` and here)
    later one (the bounds are sorted): what is returned is optimal under the model.
 4. A visited shape's partition (layers per stage, recomputed layers per stage) comes from
    ``solver.partition``; its exact bottleneck gives a tighter bound before the evaluator runs.
+   A request that names a framework with a launch config (``constraints.framework``) keeps a
+   planned configuration only as that framework runs it exactly (``framework_exact``).
 5. A range of GPU counts is visited count by count in the order of a per-count bound, and
    stops when no remaining count can beat the k-th plan.
 
@@ -29,6 +31,7 @@ from dataclasses import dataclass, replace
 from solver.cost.result import Evaluation
 from solver.cost.schedule import pipeline_comm_s, pipeline_slots
 from solver.cost.stage import expert_state_bytes_per_parameter, state_bytes_per_parameter
+from solver.frameworks import framework_format, nearest_exact
 from solver.partition.fixed import fixed_partition
 from solver.partition.problem import (
     PartitionMethod,
@@ -52,11 +55,11 @@ from solver.search.space import (
     shapes,
     step_lower_bound_s,
 )
-from solver.search.validate import validate
-from solver.spec.dimensions import Offload
+from solver.search.validate import recompute_values, validate
+from solver.spec.dimensions import Offload, config_values
 from solver.spec.errors import SpecError, check_in_range
 from solver.spec.hardware import GPU_HOUR_PRICE_USD_RANGE
-from solver.spec.legality import uniform_partition
+from solver.spec.legality import stage_layer_counts, uniform_partition
 from solver.spec.parallel import ParallelConfig, micro_batch_count, parallel_to_dict
 from solver.spec.rules import Rule
 from solver.spec.training import Recompute
@@ -202,6 +205,55 @@ def _to_parallel(shape: Shape, solution: PartitionSolution, even: tuple[int, ...
 
 
 
+def framework_exact(run: SearchRun, parallel: ParallelConfig, num_gpus: int) -> ParallelConfig | None:
+    """What the search may return for ``parallel``. Without a framework that has a launch config
+    (any, FSDP): ``parallel``. With one (``constraints.framework``): ``parallel`` where that
+    framework runs it exactly, else the nearest configuration it runs exactly
+    (``solver.frameworks.nearest_exact``, what its export writes: per-chunk recompute spread to
+    one block size, its own layer split, ...), which the caller evaluates afresh so that the
+    prediction is what the export runs; None where no configuration is exact under the request's
+    training settings (a precision the framework lacks, DeepSpeed's gradient reduction under a
+    pipeline) or the nearest one breaks the request's constraints. A replaced configuration is
+    the nearest exact one, not proven the best exact one of its shape (``SearchRun.replaced_bound``)."""
+    request = run.request
+    export_format = framework_format(request.constraints.framework)
+    if export_format is None:
+        return parallel
+    nearest = nearest_exact(request.model, request.training, parallel, export_format)
+    if nearest.exact:
+        return parallel
+    if nearest.training != request.training:
+        fields = tuple(d.field.removeprefix("training.") for d in nearest.differences if d.field.startswith("training."))
+        run.framework_training = run.framework_training or (nearest.training, fields)
+        run.reject(Rule.FRAMEWORK_EXACT)
+        return None
+    exact = _whole_recompute(request, nearest.parallel)
+    if (
+        not nearest_exact(request.model, request.training, exact, export_format).exact
+        or not _admitted(request, exact, num_gpus)
+    ):
+        run.reject(Rule.FRAMEWORK_EXACT)
+        return None
+    return exact
+
+
+def _whole_recompute(request: SearchRequest, parallel: ParallelConfig) -> ParallelConfig:
+    """``parallel`` labelled the search's way when its per-chunk counts recompute every layer."""
+    counts = parallel.full_recompute_layers
+    if counts is not None and counts == stage_layer_counts(request.model, parallel):
+        return replace(parallel, recompute=Recompute.FULL, full_recompute_layers=None)
+    return parallel
+
+
+def _admitted(request: SearchRequest, parallel: ParallelConfig, num_gpus: int) -> bool:
+    """Whether the request's constraints admit every value of ``parallel`` (as the validator checks)."""
+    admits = request.constraints.admits
+    values = config_values(parallel, num_gpus)
+    return all(admits(name, value) for name, value in values.items() if name != "recompute") and all(
+        admits("recompute", value) for value in recompute_values(parallel)
+    )
+
+
 # --------------------------------------------------------------------------- the search loop
 
 
@@ -275,11 +327,15 @@ def _search_count(run, request, num_gpus, top_k, accept, ceiling, held, seen) ->
         plans = _plan(run, shape)
         if not plans:
             run.reject(Rule.MEMORY)  # no partition fits, even recomputing every layer it may
-        for parallel, step_bound_s in plans:
-            if parallel in seen:
+        for planned, step_bound_s in plans:
+            parallel = framework_exact(run, planned, num_gpus)
+            if parallel is None or parallel in seen:
                 continue
             seen.add(parallel)
-            if beaten(_objective_value(request, step_bound_s, num_gpus)):
+            bound_value = _objective_value(request, step_bound_s, num_gpus)
+            if parallel is not planned:  # the nearest exact plan of its shape, not proven its best
+                run.replaced_bound = min(run.replaced_bound, bound_value)
+            if beaten(bound_value):
                 stats.configurations_pruned += 1  # its exact bottleneck already loses
                 continue
             stats.configurations_evaluated += 1
@@ -366,9 +422,20 @@ def find_plans(request: SearchRequest) -> tuple[list[_Held], SearchRun]:
         else:  # never expected: the validator and the search disagree
             run.reject(Rule.VALIDATOR)
             run.validator_problems.append("; ".join(report.problems))
-    run.stats.proven_optimal = not run.stats.timed_out and run.partitions_exact
+    run.stats.proven_optimal = not run.stats.timed_out and run.partitions_exact and _replacements_lose(run, held)
     run.stats.wall_time_s = time.perf_counter() - started
     return accepted, run
+
+
+def _replacements_lose(run: SearchRun, held: list[_Held]) -> bool:
+    """Whether no shape whose plan was replaced by its framework's nearest exact one
+    (``framework_exact``) could hold a better exact plan than the k-th returned: its bound does
+    not beat it (min_gpus ranks by GPU count, not by that bound: any replacement counts)."""
+    if run.replaced_bound == float("inf"):
+        return True
+    if Objective(run.request.objective) is Objective.MIN_GPUS or len(held) < run.request.top_k:
+        return False
+    return run.replaced_bound >= held[-1].key[0]
 
 
 def search(request: SearchRequest) -> SearchResult:

@@ -24,7 +24,7 @@ from solver.spec.errors import SpecError
 from solver.spec.legality import check_structure, offload_zero_stage, placement_violations
 from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.rules import Rule, Violation
-from solver.spec.training import Recompute, ZeroStage
+from solver.spec.training import Recompute, TrainingSpec, ZeroStage
 
 # A search-space cap: at 256 sequences per micro-batch every GEMM already fills the GPU in
 # solver.cost.compute's wave/k-efficiency model, so larger micro-batches only add activation memory.
@@ -86,6 +86,12 @@ class SearchRun:
     # What the shapes may offload: none, unless the request names offload values; the search
     # widens it where nothing fits without (solver.search.loop.offload_fallback).
     offload_modes: tuple[Offload, ...] = (Offload.NONE,)
+    # The training settings the request's framework would run a plan with instead of the
+    # request's (solver.search.loop.framework_exact), and the fields that differ; None: none seen.
+    framework_training: tuple[TrainingSpec, tuple[str, ...]] | None = None
+    # The least objective bound of a shape whose planned configuration was replaced by the
+    # framework's nearest exact one (solver.search.loop.framework_exact); inf: none was.
+    replaced_bound: float = float("inf")
     profiles: "Profiles" = field(init=False)  # per-search profile caches
 
     def __post_init__(self) -> None:

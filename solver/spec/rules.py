@@ -41,6 +41,7 @@ class Rule(str, Enum):
     FRAMEWORK_PP = "framework_pp"
     FRAMEWORK_CP = "framework_cp"
     FRAMEWORK_EP = "framework_ep"
+    FRAMEWORK_EXACT = "framework_exact"  # the request's framework runs it exactly only with other training settings or values
     # Fit and objective.
     MEMORY = "memory"
     HOST_MEMORY = "host_memory"
@@ -74,6 +75,7 @@ _SUMMARIES = {
     Rule.FRAMEWORK_PP: "the framework has no pipeline parallelism",
     Rule.FRAMEWORK_CP: "the framework has no context parallelism",
     Rule.FRAMEWORK_EP: "the framework has no expert parallelism",
+    Rule.FRAMEWORK_EXACT: "the framework cannot run the plan exactly as planned (its launch config would differ)",
     Rule.EP_NEEDS_EXPERTS: "expert parallelism needs a mixture-of-experts model",
     Rule.EP_DIVIDES_EXPERTS: "ep_size does not divide the number of experts",
     Rule.EP_DIVIDES_DATA_PARALLEL: "ep_size does not divide dp_size x cp_size, the ranks it is carved from",
