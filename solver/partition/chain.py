@@ -31,19 +31,23 @@ from solver.partition.problem import (
 )
 
 UNREACHABLE = np.inf
+# Stages are tabled in blocks of about this many (stage, start, end) entries: one numpy pass per
+# block rather than per stage, a few MiB per temporary array.
+TABLE_BLOCK_ENTRIES = 1 << 18
 
 
 def _prefix(values: tuple[int, ...]) -> np.ndarray:
     return np.concatenate(([0.0], np.cumsum(np.asarray(values, dtype=np.float64))))
 
 
-def _range_tables(problem: PartitionProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def range_tables(problem: PartitionProblem, starts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """time_ns[i, a, b - 1], recomputed[i, a, b - 1] for every stage i and range [a, b)
-    (inf where the range cannot fit or b <= a), and state_kib[a, b - 1] of the range's layers."""
+    (inf where the range cannot fit or b <= a), and state_kib[a, b - 1] of the range's layers.
+    ``starts``: the starts a to table (every layer by default); row j is then start starts[j]."""
     p, layers = problem.num_stages, problem.num_layers
     time_p, recompute_p = _prefix(problem.layer_time_ns), _prefix(problem.layer_recompute_ns)
     kept_p, ckpt_p, state_p = _prefix(problem.layer_kept_kib), _prefix(problem.layer_checkpoint_kib), _prefix(problem.layer_state_kib)
-    a = np.arange(layers)[:, None]
+    a = (np.arange(layers) if starts is None else starts)[:, None]
     b = np.arange(1, layers + 1)[None, :]
     valid = b > a
     held = np.where(valid, b - a, 0)
@@ -51,28 +55,35 @@ def _range_tables(problem: PartitionProblem) -> tuple[np.ndarray, np.ndarray, np
 
     rows = (problem.layer_kept_kib, problem.layer_checkpoint_kib, problem.layer_state_kib)
     same_memory = all(row.count(row[0]) == len(row) for row in rows)
-    time_ns = np.full((p, layers, layers), UNREACHABLE)
-    recomputed = np.zeros((p, layers, layers), dtype=np.int64)
-    for stage in range(p):
-        f, budget = problem.in_flight[stage], problem.stage_budget_kib[stage]
+    time_ns = np.full((p, a.shape[0], layers), UNREACHABLE)
+    recomputed = np.zeros((p, a.shape[0], layers), dtype=np.int64)
+    in_flight = np.asarray(problem.in_flight, dtype=np.float64)[:, None, None]
+    budgets = np.asarray(problem.stage_budget_kib, dtype=np.int64)[:, None, None]
+    extra_ns = np.asarray(problem.stage_extra_time_ns, dtype=np.int64)[:, None, None]
+    block = max(1, TABLE_BLOCK_ENTRIES // (a.shape[0] * layers))
+    for first in range(0, p, block):  # a block of stages at a time, elementwise as one stage
+        stages = slice(first, min(p, first + block))
+        f, budget = in_flight[stages], budgets[stages]
 
-        def memory(k: np.ndarray, f: float = f) -> np.ndarray:  # this stage's in-flight count
+        def memory(k: np.ndarray, f: np.ndarray = f) -> np.ndarray:  # these stages' in-flight counts
             split = np.minimum(a + k, b)
             kept = ckpt_p[split] - ckpt_p[a] + kept_p[b] - kept_p[split]
             return stage_memory_kib(f, kept, state, np.where(k > 0, problem.working_kib, 0))
 
-        plain = valid & (memory(np.zeros_like(held)) <= budget)
+        none = np.zeros(f.shape[:1] + held.shape, dtype=held.dtype)
+        held_here = none + held
+        plain = valid & (memory(none) <= budget)
         if problem.allow_recompute and same_memory:
             # Memory rows identical (a measured profile whose times vary): closed form for k.
             kept, ckpt = problem.layer_kept_kib[0], problem.layer_checkpoint_kib[0]
-            needed = least_recompute(memory(np.zeros_like(held)), problem.working_kib, budget, f * (kept - ckpt))
+            needed = least_recompute(memory(none), problem.working_kib, budget, f * (kept - ckpt))
             needed = needed.astype(np.int64)
             possible = valid & ~plain & (kept > ckpt) & (needed <= held)
             k = np.where(plain, 0, np.where(possible, needed, 0))
             fits_at_all = plain | possible
         elif problem.allow_recompute:
-            possible = valid & ~plain & (memory(held) <= budget)
-            lo, hi = np.ones_like(held), np.maximum(held, 1)
+            possible = valid & ~plain & (memory(held_here) <= budget)
+            lo, hi = np.ones_like(held_here), np.maximum(held_here, 1)
             while np.any(possible & (lo < hi)):  # least k in [1, held] that fits
                 mid = (lo + hi) // 2
                 fits = memory(mid) <= budget
@@ -81,30 +92,38 @@ def _range_tables(problem: PartitionProblem) -> tuple[np.ndarray, np.ndarray, np
             k = np.where(plain, 0, lo)
             fits_at_all = plain | possible
         else:
-            k = np.zeros_like(held)
+            k = none
             fits_at_all = plain
         split = np.minimum(a + k, b)
-        time = stage_time_ns(time_p[b] - time_p[a], recompute_p[split] - recompute_p[a], problem.stage_extra_time_ns[stage])
-        time_ns[stage] = np.where(fits_at_all, time, UNREACHABLE)
-        recomputed[stage] = np.where(fits_at_all, k, 0)
+        time = stage_time_ns(time_p[b] - time_p[a], recompute_p[split] - recompute_p[a], extra_ns[stages])
+        time_ns[stages] = np.where(fits_at_all, time, UNREACHABLE)
+        recomputed[stages] = np.where(fits_at_all, k, 0)
     return time_ns, recomputed, np.where(valid, state, UNREACHABLE)
 
 
 def _any_partition_fits(problem: PartitionProblem) -> bool:
-    """Whether some partition fits at all, before the range tables are built: a range fits a
-    stage without recomputation, or with every one of its layers recomputed (the least memory a
-    range can take), exactly as ``_range_tables`` decides ``fits_at_all``. Checked only where
-    layers differ in memory (the tables' binary search is the costly part); True otherwise."""
+    """Whether some partition fits at all, before the range tables are built (``fits_table``).
+    Checked only where layers differ in memory (the tables' binary search is the costly part);
+    True otherwise."""
+    fits = fits_table(problem)
+    return fits is None or bool(_reachable(fits)[-1][problem.num_layers])
+
+
+def fits_table(problem: PartitionProblem, starts: np.ndarray | None = None) -> np.ndarray | None:
+    """fits[i, a, b - 1]: range [a, b) fits stage i without recomputation, or with every one of
+    its layers recomputed (the least memory a range can take), exactly as ``range_tables``
+    decides ``fits_at_all``; rows are ``starts`` as there. None where every layer has the same
+    memory rows (nothing to check ahead of the tables)."""
     rows = (problem.layer_kept_kib, problem.layer_checkpoint_kib, problem.layer_state_kib)
     if all(row.count(row[0]) == len(row) for row in rows):
-        return True
+        return None
     p, layers = problem.num_stages, problem.num_layers
     kept_p, ckpt_p, state_p = _prefix(problem.layer_kept_kib), _prefix(problem.layer_checkpoint_kib), _prefix(problem.layer_state_kib)
-    a = np.arange(layers)[:, None]
+    a = (np.arange(layers) if starts is None else starts)[:, None]
     b = np.arange(1, layers + 1)[None, :]
     valid = b > a
     state = state_p[b] - state_p[a]
-    fits = np.zeros((p, layers, layers), dtype=bool)
+    fits = np.zeros((p, a.shape[0], layers), dtype=bool)
     for stage in range(p):
         f, budget = problem.in_flight[stage], problem.stage_budget_kib[stage]
         plain = valid & (stage_memory_kib(f, kept_p[b] - kept_p[a], state, 0) <= budget)
@@ -112,7 +131,7 @@ def _any_partition_fits(problem: PartitionProblem) -> bool:
         if problem.allow_recompute:
             recomputed = stage_memory_kib(f, ckpt_p[b] - ckpt_p[a], state, problem.working_kib)
             fits[stage] |= valid & (recomputed <= budget)
-    return bool(_reachable(fits)[-1][layers])
+    return fits
 
 
 def _reachable(allowed: np.ndarray) -> list[np.ndarray]:
@@ -132,7 +151,7 @@ def _reachable(allowed: np.ndarray) -> list[np.ndarray]:
     return reach
 
 
-def _least(values: np.ndarray, feasible) -> int:
+def least_feasible(values: np.ndarray, feasible) -> int:
     """The least of the sorted candidate ``values`` for which ``feasible`` holds (the last
     one is known to hold)."""
     lo, hi = 0, len(values) - 1
@@ -154,7 +173,7 @@ def solve_chain(problem: PartitionProblem, upper_bound_ns: int | None = None) ->
     p, layers = problem.num_stages, problem.num_layers
     if not _any_partition_fits(problem):
         return None
-    time_ns, recomputed, state = _range_tables(problem)
+    time_ns, recomputed, state = range_tables(problem)
     extra_state = np.asarray(problem.stage_extra_state_kib, dtype=np.float64)[:, None, None]
     stage_state = state[None, :, :] + extra_state
 
@@ -171,10 +190,10 @@ def solve_chain(problem: PartitionProblem, upper_bound_ns: int | None = None) ->
         if upper_bound_ns is not None:
             return solve_chain(problem)  # the given bound was not feasible here: search everything
         return None
-    bottleneck = _least(candidates, lambda bound: feasible(bound) is not None)
+    bottleneck = least_feasible(candidates, lambda bound: feasible(bound) is not None)
     usable = time_ns <= bottleneck
     states = np.unique(stage_state[usable])
-    best_state = _least(states, lambda bound: feasible(bottleneck, bound) is not None)
+    best_state = least_feasible(states, lambda bound: feasible(bottleneck, bound) is not None)
     allowed = usable & (stage_state <= best_state)
     reach = _reachable(allowed)
 

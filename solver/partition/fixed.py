@@ -29,6 +29,8 @@ def stage_cost(
 ) -> tuple[int, float, int]:
     """(time ns, memory KiB, model state KiB) of one stage holding ``chunks`` (first layer,
     count) with the first ``recomputed[j]`` layers of chunk j fully recomputed."""
+    if problem.identical_layers:
+        return _identical_stage_cost(problem, stage, chunks, recomputed)
     time_ns = problem.stage_extra_time_ns[stage]
     kept = 0
     state = problem.stage_extra_state_kib[stage]
@@ -43,12 +45,28 @@ def stage_cost(
     return time_ns, memory, state
 
 
+def _identical_stage_cost(
+    problem: PartitionProblem, stage: int, chunks: list[tuple[int, int]], recomputed: list[int]
+) -> tuple[int, float, int]:
+    """``stage_cost`` for identical layers: the same integer sums, as products."""
+    held = sum(count for _, count in chunks)
+    full = sum(min(k, count) for (_, count), k in zip(chunks, recomputed))
+    time_ns = problem.stage_extra_time_ns[stage] + held * problem.layer_time_ns[0] + full * problem.layer_recompute_ns[0]
+    kept = full * problem.layer_checkpoint_kib[0] + (held - full) * problem.layer_kept_kib[0]
+    layers_state = held * problem.layer_state_kib[0]
+    working = problem.working_kib if any(recomputed) else 0
+    memory = stage_memory_kib(problem.in_flight[stage], kept, layers_state, working)
+    return time_ns, memory, problem.stage_extra_state_kib[stage] + layers_state
+
+
 def fixed_partition(problem: PartitionProblem, chunk_layers: tuple[int, ...]) -> PartitionSolution | None:
     """The least recomputation that fits each stage for given layer counts per chunk (pipeline
     order), or None when a stage cannot fit even recomputing all of its layers. Each stage takes
     the smallest number of recomputed layers that fits, spread over its chunks earlier first
     (exact for identical layers: memory and time depend only on that number)."""
     p = problem.num_stages
+    if problem.identical_layers and len(chunk_layers) == p:
+        return _one_chunk_identical(problem, chunk_layers)
     starts = _chunk_starts(chunk_layers)
     recompute = [0] * len(chunk_layers)
     worst_time, worst_state = 0, 0
@@ -72,6 +90,30 @@ def fixed_partition(problem: PartitionProblem, chunk_layers: tuple[int, ...]) ->
             recompute[c] = k
         worst_time, worst_state = max(worst_time, time_ns), max(worst_state, state)
     return PartitionSolution(tuple(chunk_layers), tuple(recompute), worst_time, worst_state, PartitionMethod.FIXED, SolveStatus.FIXED)
+
+
+def _one_chunk_identical(problem: PartitionProblem, stage_layers: tuple[int, ...]) -> PartitionSolution | None:
+    """``fixed_partition`` for identical layers and one chunk per stage, step for step without
+    the chunk lists: the least recompute of the closed form, raised while the stage does not fit."""
+    t, r = problem.layer_time_ns[0], problem.layer_recompute_ns[0]
+    kept, ckpt, state = problem.layer_kept_kib[0], problem.layer_checkpoint_kib[0], problem.layer_state_kib[0]
+    recompute = []
+    worst_time, worst_state = 0, 0
+    for stage, held in enumerate(stage_layers):
+        least = _least_recompute(problem, stage, held)
+        if least is None:
+            return None
+        f, budget = problem.in_flight[stage], problem.stage_budget_kib[stage]
+        for full in range(least, held + 1 if problem.allow_recompute else 1):
+            working = problem.working_kib if full else 0
+            if stage_memory_kib(f, full * ckpt + (held - full) * kept, held * state, working) <= budget:
+                break
+        else:
+            return None
+        recompute.append(full)
+        worst_time = max(worst_time, problem.stage_extra_time_ns[stage] + held * t + full * r)
+        worst_state = max(worst_state, problem.stage_extra_state_kib[stage] + held * state)
+    return PartitionSolution(tuple(stage_layers), tuple(recompute), worst_time, worst_state, PartitionMethod.FIXED, SolveStatus.FIXED)
 
 
 def _least_recompute(problem: PartitionProblem, stage: int, held: int) -> int | None:

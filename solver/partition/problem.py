@@ -13,13 +13,16 @@ Everything is in integers: times in nanoseconds (``stage_time_ns``), memory in K
 amount rounded up and each budget rounded down, so a plan that fits here fits the evaluator
 (which re-checks every plan anyway).
 
-Three exact solvers on the same ``PartitionProblem`` (``solve`` picks one):
+Exact solvers on the same ``PartitionProblem`` (``solve`` picks one):
 - ``solve_fast``: identical transformer layers (every analytic profile). Stages are then
   interchangeable except for their in-flight count and extras, so a bottleneck T is feasible iff
   the per-stage maximal layer counts under T sum to at least L; binary search over the finite set
   of stage times, then a water-fill for the secondary objective. Provably optimal, O(p L) numpy.
 - ``solver.partition.chain.solve_chain``: any chain of layers (measured profiles), a dynamic
   program over stage boundaries vectorised with numpy (tens of ms for 128 layers x 64 stages).
+- ``solver.partition.tail.solve_tail``: the chain program's solution where the chain ends in a
+  run of identical layers (an MoE model after its dense layers), tabling only the ranges that
+  start in the distinct head.
 - ``solver.partition.cpsat.solve_cpsat``: any chain, CP-SAT over stage boundaries with prefix sums
   (the linear model when layers are identical). The reference both fast paths are tested
   against, and the solver for chains too long for the chain program's tables.
@@ -165,8 +168,8 @@ def _ns(value_s: float) -> int:
 
 def layer_rows(profile: ModelProfile, base: Recompute) -> tuple[tuple[int, ...], ...]:
     """Per transformer layer: time ns, recompute ns, kept KiB, checkpoint KiB, parameters,
-    recompute working-set KiB, and the working set under ``base`` alone; layers not fully
-    recomputed run ``base`` (NONE or SELECTIVE).
+    recompute working-set KiB, the working set under ``base`` alone, and routed-expert
+    parameters; layers not fully recomputed run ``base`` (NONE or SELECTIVE).
     One profile's rows serve every ZeRO stage, dp and pp: callers that plan many shapes compute
     them once (``partition_problem``'s ``rows``)."""
     blocks = profile.transformer_layers
@@ -179,6 +182,7 @@ def layer_rows(profile: ModelProfile, base: Recompute) -> tuple[tuple[int, ...],
         tuple(layer.parameter_count for layer in blocks),
         tuple(_kib(recompute_working_bytes(layer)) for layer in blocks),
         tuple(_kib(recompute_working_bytes(layer, base)) for layer in blocks),
+        tuple(layer.expert_parameter_count for layer in blocks),
     )
 
 
@@ -212,7 +216,7 @@ def partition_problem(
     in_flight = tuple(in_flight_micro_batches(stage, pp, v, num_micro_batches) for stage in range(pp))
     allocatable = allocatable_bytes(usable_bytes)
 
-    times, recomputes, kept, checkpoints, params, working, base_working = rows or layer_rows(profile, policy.base_recompute)
+    times, recomputes, kept, checkpoints, params, working, base_working, experts = rows or layer_rows(profile, policy.base_recompute)
     # A selective base rebuilds what it dropped for one layer in backward on every stage
     # (solver.cost.stage.recompute_working_bytes); a fully recomputed layer's working set
     # contains it. So the base's share is taken out of every stage's budget, and a stage that
@@ -237,8 +241,15 @@ def partition_problem(
         return grad_accumulation_s(gpu, parameter_count, policy) - launch_s
 
     extra_time, extra_state, budget = [], [], []
+    middle: dict[float, tuple[int, int, int]] = {}  # in-flight count -> a middle stage's (time, state, budget)
     for stage in range(pp):
         first_stage, last_stage = stage == 0, stage == pp - 1
+        if not (first_stage or last_stage) and in_flight[stage] in middle:
+            time_ns, state, stage_budget = middle[in_flight[stage]]
+            extra_time.append(time_ns)
+            extra_state.append(state)
+            budget.append(stage_budget)
+            continue
         extras = [layer for layer, here in ((embedding, first_stage), (head, last_stage)) if layer is not None and here]
         fixed = gather_buffers + extras_activation_bytes(
             in_flight[stage], embedding if first_stage else None, head if last_stage else None
@@ -248,9 +259,10 @@ def partition_problem(
         state = _kib(state_per_param * extra_params)
         extra_state.append(state)
         budget.append(int(math.floor((allocatable - fixed) / KIB_BYTES)) - state - base_working_kib)
+        if not (first_stage or last_stage):
+            middle[in_flight[stage]] = (extra_time[-1], state, budget[-1])
 
     # Routed experts' states shard over fewer ranks than the rest (stage.stage_state_bytes).
-    experts = tuple(layer.expert_parameter_count for layer in profile.transformer_layers)
     expert_state_per_param = expert_state_bytes_per_parameter(parallel, training)
     first = params[0] if params else 0
     if any(experts):
@@ -259,7 +271,10 @@ def partition_problem(
     elif params.count(first) == len(params):
         state_kib = (_kib(state_per_param * first),) * len(params)
         accumulation_ns = _ns(accumulation_s(first))
-        times = tuple(t + accumulation_ns for t in times)
+        if times.count(times[0]) == len(times):
+            times = (times[0] + accumulation_ns,) * len(times)
+        else:
+            times = tuple(t + accumulation_ns for t in times)
     else:
         state_kib = tuple(_kib(state_per_param * p) for p in params)
         times = tuple(t + _ns(accumulation_s(p)) for t, p in zip(times, params))

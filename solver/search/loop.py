@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, replace
 
 from solver.cost.result import Evaluation
-from solver.cost.schedule import pipeline_comm_s, pipeline_slots
+from solver.cost.schedule import pipeline_slots
 from solver.cost.stage import expert_state_bytes_per_parameter, state_bytes_per_parameter
 from solver.frameworks import framework_format, nearest_exact
 from solver.partition.fixed import fixed_partition
@@ -142,18 +142,13 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
     stage) and the uniform partition with the least recompute per stage, where they fit."""
     request = run.request
     training = request.training
-    tp, mb = shape.tp_size, shape.micro_batch_size
+    mb = shape.micro_batch_size
+    usable = _usable_bytes(request)
+    if not _states_may_fit(run, shape, usable):
+        return []
+    uniform = shape.uniform()
     prof = run.profiles.profile(shape.profile_shape)
     rows = run.profiles.rows(shape.profile_shape, shape.base_recompute)
-    uniform = shape.uniform()
-    usable = _usable_bytes(request)
-    # Model states alone, spread perfectly over the stages, already too much: nothing fits.
-    params, experts = run.profiles.parameter_count(tp, shape.ep_size)
-    state_floor = (
-        state_bytes_per_parameter(uniform, training) * (params - experts) + expert_state_bytes_per_parameter(uniform, training) * experts
-    ) / shape.pp_size
-    if state_floor > allocatable_bytes(usable):
-        return []
     m = micro_batch_count(training.global_batch_size, shape.dp_size, mb)
     problem = partition_problem(prof, uniform, training, m, usable, shape.full_recompute, request.cluster.gpu, rows)
     solutions: list[PartitionSolution] = []
@@ -177,12 +172,27 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
     none_admitted = request.constraints.admits("recompute", Recompute.NONE.value)
     # The schedule runs its slots of the slowest stage; p2p and the DP tail come on top.
     slots = pipeline_slots(shape.pp_size, shape.virtual_stages, m)
-    comm_s = pipeline_comm_s(request.cluster, uniform, m, run.profiles.message_bytes(shape.profile_shape))
+    comm_s = run.profiles.pipeline_comm_s(shape, m)
     layers = request.model.num_layers
     return [
         (_to_parallel(shape, s, even, none_admitted), slots * stage_time_lower_bound_s(s.stage_time_ns, layers) + comm_s)
         for s in solutions
     ]
+
+
+def _states_may_fit(run: SearchRun, shape: Shape, usable: float) -> bool:
+    """False when the model states alone, spread perfectly over the stages, are already too
+    much (nothing fits). The same for every micro-batch, recompute, interleaving and SP of a
+    (tp, ep, pp, dp, cp, ZeRO, offload), so computed once for them."""
+    key = (shape.tp_size, shape.ep_size, shape.pp_size, shape.dp_size, shape.cp_size, shape.zero_stage, shape.offload)
+    if key not in run.states_fit:
+        uniform, training = shape.uniform(), run.request.training
+        params, experts = run.profiles.parameter_count(shape.tp_size, shape.ep_size)
+        state_floor = (
+            state_bytes_per_parameter(uniform, training) * (params - experts) + expert_state_bytes_per_parameter(uniform, training) * experts
+        ) / shape.pp_size
+        run.states_fit[key] = state_floor <= allocatable_bytes(usable)
+    return run.states_fit[key]
 
 
 def _to_parallel(shape: Shape, solution: PartitionSolution, even: tuple[int, ...], none_admitted: bool) -> ParallelConfig:

@@ -9,7 +9,7 @@ of shapes can be skipped before anything is planned.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from solver.cost.derive import resolve_profile
 from solver.cost.profile import ModelProfile, ProfileShape
@@ -62,12 +62,17 @@ class Shape:
         return ProfileShape(self.tp_size, self.micro_batch_size, self.sequence_parallel, self.cp_size, self.ep_size)
 
     def uniform(self) -> ParallelConfig:
-        """The configuration with a uniform partition and every layer on the base recompute."""
-        return ParallelConfig(
-            self.dp_size, self.tp_size, self.pp_size, ZeroStage(self.zero_stage), self.micro_batch_size,
-            self.base_recompute, self.virtual_stages, self.sequence_parallel, cp_size=self.cp_size, ep_size=self.ep_size,
-            offload=self.offload,
-        )
+        """The configuration with a uniform partition and every layer on the base recompute
+        (built once per shape: the bounds, the partition and the plan each ask for it)."""
+        built = self.__dict__.get("_uniform")
+        if built is None:
+            built = ParallelConfig(
+                self.dp_size, self.tp_size, self.pp_size, ZeroStage(self.zero_stage), self.micro_batch_size,
+                self.base_recompute, self.virtual_stages, self.sequence_parallel, cp_size=self.cp_size, ep_size=self.ep_size,
+                offload=self.offload,
+            )
+            self.__dict__["_uniform"] = built  # not a field: equality, order and hash ignore it
+        return built
 
 
 @dataclass
@@ -83,6 +88,7 @@ class SearchRun:
     closest: list[tuple[float, ParallelConfig, Evaluation]] = field(default_factory=list)  # memory misses
     partitions_exact: bool = True
     framework_rules: dict[tuple[int, int, int, int], list[Violation]] = field(default_factory=dict)  # (pp, zero, cp, ep) -> violations
+    states_fit: dict[tuple, bool] = field(default_factory=dict)  # (tp, ep, pp, dp, cp, zero, offload) -> model states may fit
     # What the shapes may offload: none, unless the request names offload values; the search
     # widens it where nothing fits without (solver.search.loop.offload_fallback).
     offload_modes: tuple[Offload, ...] = (Offload.NONE,)
@@ -282,6 +288,10 @@ class Profiles:
 
     def __init__(self, request: SearchRequest) -> None:
         self.request = request
+        # A profile reads the GPU, the NVLink domain and the links, never the cluster's size:
+        # costed on a one-node copy, the analytic profiles' cache serves every size of this
+        # cluster (a sweep's GPU counts; tests/test_sweep_speed.py checks the profiles agree).
+        self._cluster = replace(request.cluster, num_nodes=1)
         self._profiles: dict[ProfileShape, ModelProfile] = {}
         self._model_time: dict[tuple[ProfileShape, Recompute], float] = {}
         self._rows: dict[tuple[ProfileShape, Recompute], tuple] = {}
@@ -293,7 +303,7 @@ class Profiles:
     def profile(self, shape: ProfileShape) -> ModelProfile:
         if shape not in self._profiles:
             r = self.request
-            self._profiles[shape] = resolve_profile(r.model, r.cluster, r.training, shape, r.profile)
+            self._profiles[shape] = resolve_profile(r.model, self._cluster, r.training, shape, r.profile)
         return self._profiles[shape]
 
     def model_time_s(self, shape: ProfileShape, base: Recompute) -> float:

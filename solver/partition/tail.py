@@ -1,0 +1,157 @@
+"""The exact chain partition when the chain ends in a long run of identical layers.
+
+MoE models put a few dense layers first (DeepSeek-V3: 3 dense, then 58 identical MoE layers), so
+the closed-form fast path (``solver.partition.fast``) does not apply and the chain program
+(``solver.partition.chain``) builds tables over every range [a, b), O(p L^2). Here only the
+ranges that start in the distinct head (a <= D, where layers D.. are identical) are tabled, with
+the chain program's own range function: a range [a, a + n) with a >= D has the values of
+[D, D + n) (the same layers' integer sums), so every other entry is read from row D.
+
+The chain program's reachability needs, per stage and start a, only the furthest end its
+allowed ranges reach (allowed ranges from a start are a prefix in b): for a <= D it is counted
+in the table, for a > D it is min(L, a + cap) with cap the count of row D. So a bisection step is
+O(p L) rather than O(p L^2), the tables O(p D L log L).
+
+This is the chain program's computation, not a new model: the candidate bottlenecks and states
+are the same sets, the bisections take the same steps and the read-back picks the same starts, so
+``solve_tail`` returns exactly ``solve_chain``'s solution (tests/test_partition.py checks it on
+random chains with identical tails, and both against brute force).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solver.partition.chain import UNREACHABLE, fits_table, range_tables
+from solver.partition.problem import PartitionMethod, PartitionProblem, PartitionSolution, SolveStatus
+
+
+def identical_tail_start(problem: PartitionProblem) -> int:
+    """D: the first layer from which every layer is identical to the last (L - 1 when the last
+    two differ)."""
+    rows = (problem.layer_time_ns, problem.layer_recompute_ns, problem.layer_kept_kib, problem.layer_checkpoint_kib, problem.layer_state_kib)
+    layers = problem.num_layers
+    start = layers - 1
+    while start > 0 and all(row[start - 1] == row[-1] for row in rows):
+        start -= 1
+    return start
+
+
+# Bounds tried at once in a bisection step: a 16-ary search takes a quarter of a binary
+# search's steps, each a numpy pass over 16 bounds instead of one.
+BOUNDS_PER_STEP = 16
+
+
+def _reachable(max_end: np.ndarray) -> list[np.ndarray]:
+    """``chain._reachable`` from each stage's furthest end per start (max_end[..., i, a]):
+    reach[i][..., b], boundary b is reachable after i stages. Leading axes are independent
+    problems (bounds tried together)."""
+    p, layers = max_end.shape[-2:]
+    reach = [np.zeros(max_end.shape[:-2] + (layers + 1,), dtype=bool)]
+    reach[0][..., 0] = True
+    boundaries = np.arange(1, layers + 1)
+    for stage in range(p):
+        from_reachable = np.where(reach[-1][..., :layers], max_end[..., stage, :], -1)
+        furthest = np.maximum.accumulate(from_reachable, axis=-1)
+        nxt = np.zeros_like(reach[0])
+        nxt[..., 1:] = furthest >= boundaries
+        reach.append(nxt)
+    return reach
+
+
+def _max_end(allowed: np.ndarray) -> np.ndarray:
+    """max_end[..., i, a]: the furthest end b of an allowed range [a, b) of stage i, for every
+    start a, from ``allowed`` tabled over the head's starts 0..D (shape ... x p x (D + 1) x L).
+    Allowed ranges from a start are a prefix in b, so counting them gives the end; a start
+    a > D reaches min(L, a + cap), cap being row D's count."""
+    head_rows, layers = allowed.shape[-2:]
+    counts = allowed.sum(axis=-1)
+    head_end = np.arange(head_rows) + counts
+    tail_end = np.minimum(layers, np.arange(head_rows, layers) + counts[..., -1:])
+    return np.concatenate((head_end, tail_end), axis=-1)
+
+
+def _least(values: np.ndarray, feasible) -> int:
+    """``chain.least_feasible`` (the least of the sorted ``values`` for which ``feasible`` holds,
+    the last one known to hold), asking ``feasible`` about up to BOUNDS_PER_STEP values at once
+    (it answers a bool per value). Feasibility grows with the value, so this is the same value."""
+    lo, hi = 0, len(values) - 1
+    while lo < hi:
+        probes = np.unique(np.linspace(lo, hi - 1, min(BOUNDS_PER_STEP, hi - lo)).astype(np.int64))
+        ok = feasible(values[probes])
+        if ok.any():
+            first = int(np.argmax(ok))
+            hi = int(probes[first])
+            lo = int(probes[first - 1]) + 1 if first > 0 else lo
+        else:
+            lo = int(probes[-1]) + 1
+    return int(values[lo])
+
+
+class _Tail:
+    """The head rows (starts 0..D) of the chain program's tables."""
+
+    def __init__(self, problem: PartitionProblem, head: int) -> None:
+        self.head = head
+        self.time_ns, self.recomputed, state = range_tables(problem, np.arange(head + 1))
+        extra_state = np.asarray(problem.stage_extra_state_kib, dtype=np.float64)[:, None, None]
+        self.stage_state = state[None, :, :] + extra_state
+
+    def entry(self, table: np.ndarray, stage: int, start: int, end: int) -> float:
+        """table[stage, start, end - 1] of the full chain table."""
+        if start > self.head:
+            start, end = self.head, self.head + end - start
+        return table[stage, start, end - 1]
+
+
+def solve_tail(problem: PartitionProblem, upper_bound_ns: int | None = None) -> PartitionSolution | None:
+    """``solve_chain``'s solution (least bottleneck, then least largest stage state), or None,
+    tabling only the ranges that start in the chain's distinct head."""
+    if problem.virtual_stages != 1:
+        raise ValueError("solve_tail covers one chunk per stage")
+    p, layers = problem.num_stages, problem.num_layers
+    head = identical_tail_start(problem)
+    if not _any_partition_fits(problem, head):
+        return None
+    tail = _Tail(problem, head)
+    time_ns, stage_state = tail.time_ns, tail.stage_state
+
+    def feasible(bound_ns: np.ndarray, bound_kib: np.ndarray | float = UNREACHABLE) -> np.ndarray:
+        """Per bound (pairs of bottleneck and state bounds): some partition keeps within it."""
+        bound_ns, bound_kib = np.broadcast_arrays(np.asarray(bound_ns, dtype=np.float64), bound_kib)
+        allowed = (time_ns <= bound_ns[:, None, None, None]) & (stage_state <= bound_kib[:, None, None, None])
+        return _reachable(_max_end(allowed))[-1][:, layers]
+
+    # The full table's values are the head rows' (a later start repeats row D's values).
+    average = (sum(problem.layer_time_ns) + sum(problem.stage_extra_time_ns)) / p
+    top = float(upper_bound_ns) if upper_bound_ns is not None else float(np.max(time_ns, initial=0, where=np.isfinite(time_ns)))
+    window = time_ns[(time_ns >= np.floor(average)) & (time_ns <= top)]
+    candidates = np.unique(window)
+    if candidates.size == 0 or not feasible(candidates[-1:])[0]:
+        if upper_bound_ns is not None:
+            return solve_tail(problem)  # the given bound was not feasible here: search everything
+        return None
+    bottleneck = _least(candidates, feasible)
+    usable = time_ns <= bottleneck
+    states = np.unique(stage_state[usable])
+    best_state = _least(states, lambda bounds: feasible(np.full(len(bounds), bottleneck), bounds))
+    max_end = _max_end(usable & (stage_state <= best_state))
+    reach = _reachable(max_end)
+
+    counts, recompute = [0] * p, [0] * p
+    end = layers
+    for stage in range(p - 1, -1, -1):  # read back: the latest start that reaches this end
+        starts = np.flatnonzero(reach[stage][:end] & (max_end[stage, :end] >= end))
+        start = int(starts[-1])
+        counts[stage], recompute[stage] = end - start, int(tail.entry(tail.recomputed, stage, start, end))
+        end = start
+    bounds = np.concatenate(([0], np.cumsum(counts)))
+    worst_time = max(float(tail.entry(time_ns, s, int(bounds[s]), int(bounds[s + 1]))) for s in range(p))
+    worst_state = max(float(tail.entry(stage_state, s, int(bounds[s]), int(bounds[s + 1]))) for s in range(p))
+    return PartitionSolution(tuple(counts), tuple(recompute), int(worst_time), int(worst_state), PartitionMethod.CHAIN, SolveStatus.OPTIMAL)
+
+
+def _any_partition_fits(problem: PartitionProblem, head: int) -> bool:
+    """``chain._any_partition_fits`` from the head rows."""
+    fits = fits_table(problem, np.arange(head + 1))
+    return fits is None or bool(_reachable(_max_end(fits))[-1][problem.num_layers])

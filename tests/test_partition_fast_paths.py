@@ -1,0 +1,144 @@
+"""Fast paths of the partition solvers against their references: the chain program with an
+identical tail (solver/partition/tail.py) against the full chain program and brute force, on
+random chains of a few distinct layers followed by identical ones (the shape of an MoE model with
+dense layers first) and on DeepSeek-V3's own problems; the fixed partition's identical-layer forms
+against the per-layer sums they replace."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import catalog
+from solver.cost.analytic import analytic_profile
+from solver.cost.profile import ProfileShape
+from solver.partition.chain import solve_chain
+from solver.partition.fixed import fixed_partition, stage_cost
+from solver.partition.problem import PartitionProblem, partition_problem, stage_memory_kib
+from solver.partition.solve import solve
+from solver.partition.tail import identical_tail_start, solve_tail
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import Recompute, TrainingSpec, ZeroStage
+from tests.test_partition import _brute_force, _key, random_problem
+
+ROWS = ("layer_time_ns", "layer_recompute_ns", "layer_kept_kib", "layer_checkpoint_kib", "layer_state_kib")
+
+
+def head_then_tail(rng: random.Random, layers: int, stages: int, head: int) -> PartitionProblem:
+    """``head`` layers drawn independently, then identical layers (the rest of a random problem)."""
+    distinct = random_problem(rng, layers, stages, identical=False)
+    same = random_problem(rng, layers, stages, identical=True)
+    rows = {name: getattr(distinct, name)[:head] + getattr(same, name)[head:] for name in ROWS}
+    return replace(distinct, **rows, allow_recompute=rng.random() < 0.8)
+
+
+def test_tail_equals_the_chain_program_on_random_head_then_tail_chains():
+    """The same solution, not only the same objectives: the layer counts and recomputed layers
+    decide the plan the search returns, with or without an upper bound on the bottleneck."""
+    rng = random.Random(23)
+    feasible = 0
+    for _ in range(300):
+        layers = rng.randint(2, 24)
+        stages = rng.randint(2, min(layers, 8))
+        problem = head_then_tail(rng, layers, stages, rng.randint(0, min(layers - 1, 5)))
+        bound = rng.choice([None, rng.randint(1_000, 30_000)])
+        solution = solve_tail(problem, bound)
+        assert solution == solve_chain(problem, bound)
+        feasible += solution is not None
+    assert feasible >= 100
+
+
+def test_tail_equals_brute_force_on_small_chains():
+    rng = random.Random(29)
+    feasible = 0
+    for _ in range(25):
+        layers = rng.randint(3, 9)
+        stages = rng.randint(2, min(layers, 4))
+        problem = replace(head_then_tail(rng, layers, stages, rng.randint(1, 3)), allow_recompute=True)
+        truth = _brute_force(problem)
+        assert _key(solve_tail(problem)) == truth
+        feasible += truth is not None
+    assert feasible >= 5
+
+
+def test_identical_tail_start():
+    problem = head_then_tail(random.Random(31), 12, 3, 3)
+    assert identical_tail_start(problem) in (0, 1, 2, 3)  # a drawn head layer may equal the tail's
+    assert identical_tail_start(replace(problem, layer_time_ns=problem.layer_time_ns[:-1] + (1,))) == 11
+
+
+def test_deepseek_v3_partitions_through_the_tail_as_the_chain_program_would():
+    """DeepSeek-V3: 3 dense layers, then 58 identical MoE layers. ``solve`` takes the tail
+    path, and its partition is the chain program's for every stage count the search tries."""
+    model = catalog.get_model("deepseek-v3")
+    cluster = catalog.get_cluster("hgx-h800-x256")
+    training = TrainingSpec(15360, 4096)
+    profile = analytic_profile(model, cluster, training, ProfileShape(1, 1, False, 1, 8))
+    for pp in (4, 8, 16, 32):
+        parallel = ParallelConfig(2048 // pp, 1, pp, ZeroStage.OS, 1, Recompute.NONE, ep_size=8)
+        m = training.global_batch_size // parallel.dp_size
+        problem = partition_problem(profile, parallel, training, m, cluster.gpu.memory_bytes, True, cluster.gpu)
+        assert identical_tail_start(problem) == model.first_dense_layers
+        solution = solve(problem)
+        assert solution == solve_chain(problem)
+
+
+# ------------------------------------------------------- identical layers: the fixed partition
+
+
+def _stage_cost_per_layer(problem: PartitionProblem, stage: int, chunks, recomputed):
+    """``fixed.stage_cost`` as it sums layer by layer (the reference for its identical-layer form)."""
+    time_ns, kept, state = problem.stage_extra_time_ns[stage], 0, problem.stage_extra_state_kib[stage]
+    for (first, count), k in zip(chunks, recomputed):
+        for layer in range(first, first + count):
+            full = layer < first + k
+            time_ns += problem.layer_time_ns[layer] + (problem.layer_recompute_ns[layer] if full else 0)
+            kept += problem.layer_checkpoint_kib[layer] if full else problem.layer_kept_kib[layer]
+            state += problem.layer_state_kib[layer]
+    working = problem.working_kib if any(recomputed) else 0
+    memory = stage_memory_kib(problem.in_flight[stage], kept, state - problem.stage_extra_state_kib[stage], working)
+    return time_ns, memory, state
+
+
+def test_identical_stage_cost_equals_the_per_layer_sum():
+    rng = random.Random(37)
+    for _ in range(200):
+        layers, stages = rng.randint(16, 40), rng.randint(2, 4)
+        problem = random_problem(rng, layers, stages, identical=True)
+        stage = rng.randrange(stages)
+        counts = [rng.randint(1, 5) for _ in range(rng.randint(1, 3))]
+        firsts = [sum(counts[:j]) for j in range(len(counts))]
+        chunks = list(zip(firsts, counts))
+        recomputed = [rng.randint(0, 6) for _ in counts]
+        assert stage_cost(problem, stage, chunks, recomputed) == _stage_cost_per_layer(problem, stage, chunks, recomputed)
+
+
+def test_fixed_partition_of_identical_layers_equals_the_least_fitting_recompute():
+    """One chunk per stage: each stage's least recompute that fits, found by trying every count
+    with the per-layer sums, and the same worst time and state."""
+    rng = random.Random(41)
+    feasible = 0
+    for _ in range(300):
+        layers = rng.randint(2, 40)
+        stages = rng.randint(2, min(layers, 8))
+        problem = replace(random_problem(rng, layers, stages, identical=True), allow_recompute=rng.random() < 0.8)
+        cuts = sorted(rng.sample(range(1, layers), stages - 1))
+        counts = tuple(b - a for a, b in zip([0, *cuts], [*cuts, layers]))
+        expected: tuple | None = None
+        recompute, worst_time, worst_state = [], 0, 0
+        for stage, held in enumerate(counts):
+            chunk = [(sum(counts[:stage]), held)]
+            options = range(held + 1) if problem.allow_recompute else range(1)
+            fits = [k for k in options if _stage_cost_per_layer(problem, stage, chunk, [k])[1] <= problem.stage_budget_kib[stage]]
+            if not fits:
+                break
+            time_ns, _memory, state = _stage_cost_per_layer(problem, stage, chunk, [fits[0]])
+            recompute.append(fits[0])
+            worst_time, worst_state = max(worst_time, time_ns), max(worst_state, state)
+        else:
+            expected = (counts, tuple(recompute), worst_time, worst_state)
+        solution = fixed_partition(problem, counts)
+        got = None if solution is None else (solution.stage_layers, solution.recompute_layers, solution.stage_time_ns, solution.max_stage_state_kib)
+        assert got == expected
+        feasible += expected is not None
+    assert feasible >= 50
