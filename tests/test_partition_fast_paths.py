@@ -113,6 +113,52 @@ def test_identical_stage_cost_equals_the_per_layer_sum():
         assert stage_cost(problem, stage, chunks, recomputed) == _stage_cost_per_layer(problem, stage, chunks, recomputed)
 
 
+def _fixed_partition_per_layer(problem: PartitionProblem, chunk_layers: tuple[int, ...]):
+    """``fixed_partition`` as it was written for any chain: per stage, from the closed-form least
+    recompute up, the first total (spread over the stage's chunks, earlier first) whose per-layer
+    sums fit."""
+    p = problem.num_stages
+    starts = [sum(chunk_layers[:c]) for c in range(len(chunk_layers))]
+    recompute, worst_time, worst_state = [0] * len(chunk_layers), 0, 0
+    for stage in range(p):
+        mine = list(range(stage, len(chunk_layers), p))
+        chunks = [(starts[c], chunk_layers[c]) for c in mine]
+        held = sum(chunk_layers[c] for c in mine)
+        for total in range(held + 1 if problem.allow_recompute else 1):
+            base, extra = divmod(total, len(mine))
+            counts = [min(base + (1 if j < extra else 0), chunk_layers[c]) for j, c in enumerate(mine)]
+            time_ns, memory, state = _stage_cost_per_layer(problem, stage, chunks, counts)
+            if memory <= problem.stage_budget_kib[stage]:
+                break
+        else:
+            return None
+        for c, k in zip(mine, counts):
+            recompute[c] = k
+        worst_time, worst_state = max(worst_time, time_ns), max(worst_state, state)
+    return (tuple(chunk_layers), tuple(recompute), worst_time, worst_state)
+
+
+def test_fixed_partition_of_identical_layers_in_chunks_equals_the_per_layer_sums():
+    """Interleaved pipelines (v chunks per stage, equal or not): the same recompute per chunk,
+    worst time and state as the per-layer loop."""
+    rng = random.Random(43)
+    feasible = 0
+    for _ in range(300):
+        stages, virtual = rng.randint(2, 5), rng.randint(1, 4)
+        chunk_layers = tuple(rng.randint(1, 5) for _ in range(stages * virtual))
+        if rng.random() < 0.5:
+            chunk_layers = (chunk_layers[0],) * len(chunk_layers)
+        base = random_problem(rng, sum(chunk_layers), stages, identical=True)
+        problem = replace(base, virtual_stages=virtual, in_flight=tuple(float(rng.randint(1, 12)) for _ in range(stages)),
+                          allow_recompute=rng.random() < 0.8)
+        solution = fixed_partition(problem, chunk_layers)
+        got = None if solution is None else (solution.stage_layers, solution.recompute_layers, solution.stage_time_ns, solution.max_stage_state_kib)
+        expected = _fixed_partition_per_layer(problem, chunk_layers)
+        assert got == expected
+        feasible += expected is not None
+    assert feasible >= 20
+
+
 def test_fixed_partition_of_identical_layers_equals_the_least_fitting_recompute():
     """One chunk per stage: each stage's least recompute that fits, found by trying every count
     with the per-layer sums, and the same worst time and state."""

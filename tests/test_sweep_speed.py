@@ -1,7 +1,7 @@
 """What the search's speed-ups rely on: a profile does not depend on the cluster's size, so the
 search costs its profiles on a one-node copy of the cluster (solver.search.space.Profiles) and
-the analytic profiles' cache serves every GPU count of a sweep; and a search plans the same
-whether or not that cache is warm."""
+the analytic profiles' cache serves every GPU count of a sweep; a search plans the same whether
+or not that cache is warm, and whether or not it shares another point's caches."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from solver.cost.profile import ProfileShape
 from solver.search.loop import find_plans
 from solver.search.request import Objective, SearchRequest
 from solver.spec.training import TrainingSpec
+from solver.sweep.grid import GridPoint
+from solver.sweep.run import _plan_chunk, plan_point
 
 
 def _cluster(node: str, num_nodes: int):
@@ -53,3 +55,19 @@ def test_a_sweep_point_plans_the_same_with_the_profile_cache_warm_or_cold():
     cold = best(256)
     best(128)  # warms the cache with the profiles of another size
     assert best(256) == cold
+
+
+def test_points_that_share_caches_plan_as_points_that_do_not():
+    """A chunk of points shares its search caches from point to point (the same model and GPU
+    type at other counts; a new GPU type starts afresh): every point's plan is the one it gets
+    alone."""
+    model = catalog.get_model("gpt3-175b")
+    training = TrainingSpec(1536, 2048, train_tokens=300e9)
+    chunk = [
+        (GridPoint(node, num_gpus, 1536), SearchRequest(model, _cluster(node, num_gpus // 8), training, num_gpus=num_gpus,
+                                                         objective=Objective.MIN_TIME_TO_TRAIN, top_k=1))
+        for node, num_gpus in (("dgx-a100-80gb", 512), ("dgx-a100-80gb", 1024), ("dgx-h100", 1024), ("dgx-h100", 256))
+    ]
+    alone = [plan_point(point, request) for point, request in chunk]
+    analytic_profile.cache_clear()
+    assert _plan_chunk(chunk) == alone

@@ -65,8 +65,8 @@ def fixed_partition(problem: PartitionProblem, chunk_layers: tuple[int, ...]) ->
     the smallest number of recomputed layers that fits, spread over its chunks earlier first
     (exact for identical layers: memory and time depend only on that number)."""
     p = problem.num_stages
-    if problem.identical_layers and len(chunk_layers) == p:
-        return _one_chunk_identical(problem, chunk_layers)
+    if problem.identical_layers:
+        return _identical(problem, chunk_layers)
     starts = _chunk_starts(chunk_layers)
     recompute = [0] * len(chunk_layers)
     worst_time, worst_state = 0, 0
@@ -92,28 +92,34 @@ def fixed_partition(problem: PartitionProblem, chunk_layers: tuple[int, ...]) ->
     return PartitionSolution(tuple(chunk_layers), tuple(recompute), worst_time, worst_state, PartitionMethod.FIXED, SolveStatus.FIXED)
 
 
-def _one_chunk_identical(problem: PartitionProblem, stage_layers: tuple[int, ...]) -> PartitionSolution | None:
-    """``fixed_partition`` for identical layers and one chunk per stage, step for step without
-    the chunk lists: the least recompute of the closed form, raised while the stage does not fit."""
+def _identical(problem: PartitionProblem, chunk_layers: tuple[int, ...]) -> PartitionSolution | None:
+    """``fixed_partition`` for identical layers, step for step with ``stage_cost``'s sums as
+    products: a stage's time and memory depend only on how many of its layers it holds and
+    recomputes."""
+    p = problem.num_stages
     t, r = problem.layer_time_ns[0], problem.layer_recompute_ns[0]
     kept, ckpt, state = problem.layer_kept_kib[0], problem.layer_checkpoint_kib[0], problem.layer_state_kib[0]
-    recompute = []
+    recompute = [0] * len(chunk_layers)
     worst_time, worst_state = 0, 0
-    for stage, held in enumerate(stage_layers):
+    for stage in range(p):
+        mine = chunk_layers[stage::p]
+        held = sum(mine)
         least = _least_recompute(problem, stage, held)
         if least is None:
             return None
         f, budget = problem.in_flight[stage], problem.stage_budget_kib[stage]
-        for full in range(least, held + 1 if problem.allow_recompute else 1):
-            working = problem.working_kib if full else 0
+        for total in range(least, held + 1 if problem.allow_recompute else 1):
+            counts = [min(k, n) for k, n in zip(_spread(total, len(mine)), mine)]
+            full = sum(counts)
+            working = problem.working_kib if any(counts) else 0
             if stage_memory_kib(f, full * ckpt + (held - full) * kept, held * state, working) <= budget:
                 break
         else:
             return None
-        recompute.append(full)
+        recompute[stage::p] = counts
         worst_time = max(worst_time, problem.stage_extra_time_ns[stage] + held * t + full * r)
         worst_state = max(worst_state, problem.stage_extra_state_kib[stage] + held * state)
-    return PartitionSolution(tuple(stage_layers), tuple(recompute), worst_time, worst_state, PartitionMethod.FIXED, SolveStatus.FIXED)
+    return PartitionSolution(tuple(chunk_layers), tuple(recompute), worst_time, worst_state, PartitionMethod.FIXED, SolveStatus.FIXED)
 
 
 def _least_recompute(problem: PartitionProblem, stage: int, held: int) -> int | None:

@@ -241,14 +241,15 @@ def partition_problem(
         return grad_accumulation_s(gpu, parameter_count, policy) - launch_s
 
     extra_time, extra_state, budget = [], [], []
-    middle: dict[float, tuple[int, int, int]] = {}  # in-flight count -> a middle stage's (time, state, budget)
+    # A middle stage holds neither the embedding nor the head: its extras are one launch and its
+    # fixed memory the gather buffers, whatever its in-flight count. Worked out once.
+    middle: tuple[int, int, int] | None = None  # its (time, state, budget)
     for stage in range(pp):
         first_stage, last_stage = stage == 0, stage == pp - 1
-        if not (first_stage or last_stage) and in_flight[stage] in middle:
-            time_ns, state, stage_budget = middle[in_flight[stage]]
-            extra_time.append(time_ns)
-            extra_state.append(state)
-            budget.append(stage_budget)
+        if middle is not None and not (first_stage or last_stage):
+            extra_time.append(middle[0])
+            extra_state.append(middle[1])
+            budget.append(middle[2])
             continue
         extras = [layer for layer, here in ((embedding, first_stage), (head, last_stage)) if layer is not None and here]
         fixed = gather_buffers + extras_activation_bytes(
@@ -260,7 +261,7 @@ def partition_problem(
         extra_state.append(state)
         budget.append(int(math.floor((allocatable - fixed) / KIB_BYTES)) - state - base_working_kib)
         if not (first_stage or last_stage):
-            middle[in_flight[stage]] = (extra_time[-1], state, budget[-1])
+            middle = (extra_time[-1], state, budget[-1])
 
     # Routed experts' states shard over fewer ranks than the rest (stage.stage_state_bytes).
     expert_state_per_param = expert_state_bytes_per_parameter(parallel, training)

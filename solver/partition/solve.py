@@ -15,10 +15,10 @@ CHAIN_TABLE_LIMIT = 20_000_000
 def solve(problem: PartitionProblem, time_limit_s: float = 10.0, upper_bound_ns: int | None = None) -> PartitionSolution | None:
     """The optimal partition of a one-chunk-per-stage pipeline: the closed-form fast path for
     identical layers, the exact chain program otherwise (tabling only the distinct head where the
-    chain ends in a run of identical layers at least half its length, as MoE models after their dense
-    layers), CP-SAT for chains too long for its
-    tables (``time_limit_s`` is CP-SAT's safety net; ``upper_bound_ns``, the bottleneck of a
-    known feasible partition, narrows the chain program's search)."""
+    chain ends in a run of identical layers at least half its length, as an MoE model does after
+    its dense layers), CP-SAT for chains too long for its tables (``time_limit_s`` is CP-SAT's
+    safety net; ``upper_bound_ns``, the bottleneck of a known feasible partition, narrows the
+    chain program's search)."""
     if problem.virtual_stages != 1:
         raise ValueError("solve covers one chunk per stage; interleaved pipelines use fixed_partition")
     if problem.identical_layers:

@@ -46,6 +46,7 @@ from solver.search.explain import explain
 from solver.search.request import DEADLINE_S_RANGE, Objective, SearchRequest
 from solver.search.result import Candidate, SearchResult, SearchStats
 from solver.search.space import (
+    Profiles,
     SearchRun,
     Shape,
     count_step_lower_bound_s,
@@ -408,11 +409,12 @@ def offload_fallback(run: SearchRun) -> bool:
     return True
 
 
-def find_plans(request: SearchRequest) -> tuple[list[_Held], SearchRun]:
-    """The search without ranking text or explanation: validated plans, best first."""
+def find_plans(request: SearchRequest, profiles: Profiles | None = None) -> tuple[list[_Held], SearchRun]:
+    """The search without ranking text or explanation: validated plans, best first.
+    ``profiles``: another search's caches, shared where they serve this request."""
     started = time.perf_counter()
     check_request(request)
-    run = SearchRun(request, SearchStats(), started + request.time_budget_s)
+    run = SearchRun(request, SearchStats(), started + request.time_budget_s, shared_profiles=profiles)
     if "offload" in request.constraints.allowed:
         run.offload_modes = tuple(mode for mode in Offload if request.constraints.admits("offload", mode.value))
     counts = gpu_counts(request)

@@ -8,8 +8,9 @@ of shapes can be skipped before anything is planned.
 
 from __future__ import annotations
 
+import copy
 import itertools
-from dataclasses import dataclass, field, replace
+from dataclasses import InitVar, dataclass, field, replace
 
 from solver.cost.derive import resolve_profile
 from solver.cost.profile import ModelProfile, ProfileShape
@@ -89,6 +90,7 @@ class SearchRun:
     partitions_exact: bool = True
     framework_rules: dict[tuple[int, int, int, int], list[Violation]] = field(default_factory=dict)  # (pp, zero, cp, ep) -> violations
     states_fit: dict[tuple, bool] = field(default_factory=dict)  # (tp, ep, pp, dp, cp, zero, offload) -> model states may fit
+    step_bounds: dict[tuple, float] = field(default_factory=dict)  # step_lower_bound_s by what it reads of a shape
     # What the shapes may offload: none, unless the request names offload values; the search
     # widens it where nothing fits without (solver.search.loop.offload_fallback).
     offload_modes: tuple[Offload, ...] = (Offload.NONE,)
@@ -99,9 +101,11 @@ class SearchRun:
     # framework's nearest exact one (solver.search.loop.framework_exact); inf: none was.
     replaced_bound: float = float("inf")
     profiles: "Profiles" = field(init=False)  # per-search profile caches
+    # Another search's caches to share where they serve this request (a sweep's points).
+    shared_profiles: InitVar["Profiles | None"] = None
 
-    def __post_init__(self) -> None:
-        self.profiles = Profiles(self.request)
+    def __post_init__(self, shared_profiles: "Profiles | None") -> None:
+        self.profiles = Profiles(self.request) if shared_profiles is None else shared_profiles.for_request(self.request)
 
     def reject(self, rule: Rule) -> None:
         self.rejected[rule] = self.rejected.get(rule, 0) + 1
@@ -300,6 +304,18 @@ class Profiles:
         self._parameters: dict[tuple[int, int], tuple[int, int]] = {}
         self._pipeline_comm: dict[tuple, float] = {}
 
+    def for_request(self, request: SearchRequest) -> "Profiles":
+        """Caches for ``request``: where it has this one's model, training, measured profile and
+        cluster type (any size), sharing the profiles and what derives from them (not the
+        pipeline's p2p times, which read the cluster's size); else fresh ones."""
+        r = self.request
+        same = (request.model, request.training, request.profile) == (r.model, r.training, r.profile)
+        if not same or replace(request.cluster, num_nodes=1) != self._cluster:
+            return Profiles(request)
+        shared = copy.copy(self)  # the same dicts
+        shared.request, shared._pipeline_comm = request, {}
+        return shared
+
     def profile(self, shape: ProfileShape) -> ModelProfile:
         if shape not in self._profiles:
             r = self.request
@@ -367,14 +383,22 @@ def dominated_selective(run: SearchRun, shape: Shape) -> bool:
 def step_lower_bound_s(run: SearchRun, shape: Shape) -> float:
     """No configuration of this shape steps faster: every stage's time is at least the model's
     forward + backward + TP time (no full recompute) over pp, the 1F1B schedule runs
-    m + (p - 1)/v of the slowest stage, and the pipeline's p2p sends are on the critical path."""
-    request = run.request
-    per_micro_batch = run.profiles.model_time_s(shape.profile_shape, shape.base_recompute) / shape.pp_size
-    m = micro_batch_count(request.training.global_batch_size, shape.dp_size, shape.micro_batch_size)
-    comm = 0.0
-    if shape.pp_size > 1:
-        comm = run.profiles.pipeline_comm_s(shape, m)
-    return pipeline_slots(shape.pp_size, shape.virtual_stages, m) * per_micro_batch + comm
+    m + (p - 1)/v of the slowest stage, and the pipeline's p2p sends are on the critical path.
+    Shared by the shapes that differ only in ZeRO stage, full recompute or offload, which it
+    does not read."""
+    key = (
+        shape.tp_size, shape.micro_batch_size, shape.sequence_parallel, shape.cp_size, shape.ep_size,
+        shape.base_recompute, shape.pp_size, shape.dp_size, shape.virtual_stages,
+    )
+    if key not in run.step_bounds:
+        request = run.request
+        per_micro_batch = run.profiles.model_time_s(shape.profile_shape, shape.base_recompute) / shape.pp_size
+        m = micro_batch_count(request.training.global_batch_size, shape.dp_size, shape.micro_batch_size)
+        comm = 0.0
+        if shape.pp_size > 1:
+            comm = run.profiles.pipeline_comm_s(shape, m)
+        run.step_bounds[key] = pipeline_slots(shape.pp_size, shape.virtual_stages, m) * per_micro_batch + comm
+    return run.step_bounds[key]
 
 
 def count_step_lower_bound_s(run: SearchRun, num_gpus: int) -> float:

@@ -4,7 +4,7 @@ and moves on).
 
 Points can be planned in a few processes (``workers``): contiguous chunks of the sweep's order,
 so a process plans neighbouring GPU counts of one cluster and reuses the analytic profiles it
-has already built for that GPU.
+has already built for that GPU, and what the search derives from them.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from solver.search.loop import find_plans
 from solver.search.request import SearchRequest
+from solver.search.space import Profiles
 from solver.spec.parallel import ParallelConfig
 from solver.sweep.analysis import PointResult
 from solver.sweep.grid import GridPoint
@@ -40,18 +41,31 @@ def price_usd(request: SearchRequest) -> float | None:
 
 def plan_point(point: GridPoint, request: SearchRequest) -> PlannedPoint:
     """The best plan for one point (``request`` already carries its GPU count and batch)."""
+    return _plan_point(point, request, None)[0]
+
+
+def _plan_point(point: GridPoint, request: SearchRequest, profiles: Profiles | None) -> tuple[PlannedPoint, Profiles]:
+    """``plan_point``, sharing ``profiles`` (an earlier point's search caches) where they serve
+    this point; also the caches it used."""
     request = replace(request, top_k=1)
-    held, _run = find_plans(request)
+    held, run = find_plans(request, profiles)
     best = held[0] if held else None
     result = PointResult.planned(
         point.cluster, best.num_gpus if best else point.num_gpus, point.global_batch_size,
         best.evaluation.prediction if best else None, price_usd(request),
     )
-    return PlannedPoint(result, best.parallel if best else None)
+    return PlannedPoint(result, best.parallel if best else None), run.profiles
 
 
 def _plan_chunk(chunk: list[tuple[GridPoint, SearchRequest]]) -> list[PlannedPoint]:
-    return [plan_point(point, request) for point, request in chunk]
+    """Neighbouring points, each sharing the previous one's profile caches where it can (the
+    same model and GPU type at another count)."""
+    planned: list[PlannedPoint] = []
+    profiles: Profiles | None = None
+    for point, request in chunk:
+        point_plan, profiles = _plan_point(point, request, profiles)
+        planned.append(point_plan)
+    return planned
 
 
 def plan_points(tasks: Sequence[tuple[GridPoint, SearchRequest]], workers: int = 1) -> list[PlannedPoint]:
