@@ -122,7 +122,7 @@ def _objective_value(request: SearchRequest, step_time_s: float, num_gpus: int) 
     """Lower is better: s/token, s, USD (USD/token without a token budget), or GPUs."""
     training = request.training
     per_token = step_time_s / training.tokens_per_step
-    objective = Objective(request.objective)
+    objective = request.objective if isinstance(request.objective, Objective) else Objective(request.objective)
     if objective is Objective.MAX_THROUGHPUT:
         return per_token
     if objective is Objective.MIN_TIME_TO_TRAIN:

@@ -91,6 +91,7 @@ class SearchRun:
     framework_rules: dict[tuple[int, int, int, int], list[Violation]] = field(default_factory=dict)  # (pp, zero, cp, ep) -> violations
     states_fit: dict[tuple, bool] = field(default_factory=dict)  # (tp, ep, pp, dp, cp, zero, offload) -> model states may fit
     step_bounds: dict[tuple, float] = field(default_factory=dict)  # step_lower_bound_s by what it reads of a shape
+    selective_dominated: dict[tuple, bool] = field(default_factory=dict)  # dominated_selective by what it reads of a shape
     # What the shapes may offload: none, unless the request names offload values; the search
     # widens it where nothing fits without (solver.search.loop.offload_fallback).
     offload_modes: tuple[Offload, ...] = (Offload.NONE,)
@@ -375,9 +376,14 @@ class Profiles:
 
 
 def dominated_selective(run: SearchRun, shape: Shape) -> bool:
-    none_admitted = run.request.constraints.admits("recompute", Recompute.NONE.value)
-    noop = run.profiles.selective_changes_nothing(shape.profile_shape)
-    return noop and (none_admitted or shape.full_recompute)
+    """A selective-base shape whose plans its base-none twin gives too (selective recompute is a
+    no-op for its profile). Once per (tp, micro-batch, SP, cp, ep, full recompute)."""
+    key = (shape.tp_size, shape.micro_batch_size, shape.sequence_parallel, shape.cp_size, shape.ep_size, shape.full_recompute)
+    if key not in run.selective_dominated:
+        none_admitted = run.request.constraints.admits("recompute", Recompute.NONE.value)
+        noop = run.profiles.selective_changes_nothing(shape.profile_shape)
+        run.selective_dominated[key] = noop and (none_admitted or shape.full_recompute)
+    return run.selective_dominated[key]
 
 
 def step_lower_bound_s(run: SearchRun, shape: Shape) -> float:
