@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from app.sweeps import schemas
+from solver.cost.price import SECONDS_PER_HOUR
 
-SECONDS_PER_HOUR = 3600.0
 HEADERS = ("cluster", "GPUs", "batch", "status", "dp x tp x pp x cp", "step s", "tokens/s", "MFU", "train h", "cost USD", "eff.", "front")
 
 

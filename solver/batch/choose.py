@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from solver.batch.noise import BatchCost, NoiseScale, NoiseSource, batch_cost
+from solver.cost.price import gpu_time_cost_usd
 from solver.search.loop import find_plans, search
 from solver.search.request import Objective, SearchRequest
 from solver.search.result import SearchResult
@@ -33,7 +34,6 @@ DEFAULT_SPAN = 8
 # The largest global batch compared: the API's bound on training.global_batch_size (2^24
 # sequences, app.core.types.Size), far past any critical batch of a language model.
 MAX_GLOBAL_BATCH_SIZE = 2**24
-SECONDS_PER_HOUR = 3600.0
 OBJECTIVES = (Objective.MIN_TIME_TO_TRAIN, Objective.MIN_COST)
 
 
@@ -142,7 +142,7 @@ def _point(request: SearchRequest, noise: NoiseScale, global_batch_size: int) ->
         time_to_train_s=time_to_train_s,
         time_for_min_tokens_s=noise.min_tokens / tokens_per_s,
         time_for_extra_tokens_s=cost.extra_tokens / tokens_per_s,
-        cost_usd=time_to_train_s * best.num_gpus * price / SECONDS_PER_HOUR if price is not None else None,
+        cost_usd=gpu_time_cost_usd(time_to_train_s, best.num_gpus, price) if price is not None else None,
         objective_value=best.value,
     )
 

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from solver.batch.choose import BatchChoice, BatchRequest, choose_batch
+from solver.cost.price import gpu_time_cost_usd
 from solver.search.loop import search
 from solver.search.request import Objective, SearchRequest
 from solver.search.result import SearchResult
 from solver.spec.parallel import ParallelConfig
 
-SECONDS_PER_HOUR = 3600.0
 # The most clusters one plan request may compare (each is a full search, or one per batch).
 MAX_CLUSTERS = 8
 
@@ -90,7 +90,7 @@ def cluster_row(name: str, request: SearchRequest, plan: ClusterPlan) -> Cluster
         mfu=prediction.mfu,
         time_to_train_s=ttt,
         gpu_hour_price_usd=price,
-        cost_usd=ttt * num_gpus * price / SECONDS_PER_HOUR if ttt is not None and price is not None else None,
+        cost_usd=gpu_time_cost_usd(ttt, num_gpus, price) if ttt is not None and price is not None else None,
         objective_value=best.objective_value,
     )
 

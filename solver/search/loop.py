@@ -28,6 +28,7 @@ import bisect
 import time
 from dataclasses import dataclass, replace
 
+from solver.cost.price import gpu_time_cost_usd
 from solver.cost.result import Evaluation
 from solver.cost.schedule import pipeline_slots
 from solver.cost.stage import expert_state_bytes_per_parameter, state_bytes_per_parameter
@@ -64,9 +65,6 @@ from solver.spec.legality import stage_layer_counts, uniform_partition
 from solver.spec.parallel import ParallelConfig, micro_batch_count, parallel_to_dict
 from solver.spec.rules import Rule
 from solver.spec.training import Recompute
-
-SECONDS_PER_HOUR = 3600.0
-
 
 # --------------------------------------------------------------------------- request checks
 
@@ -128,8 +126,7 @@ def _objective_value(request: SearchRequest, step_time_s: float, num_gpus: int) 
     if objective is Objective.MIN_TIME_TO_TRAIN:
         return per_token * _given(training.train_tokens, "training.train_tokens")
     if objective is Objective.MIN_COST:
-        usd_per_s = num_gpus * _given(_price(request), "gpu_hour_price_usd") / SECONDS_PER_HOUR
-        return usd_per_s * per_token * (training.train_tokens or 1.0)
+        return gpu_time_cost_usd(per_token * (training.train_tokens or 1.0), num_gpus, _given(_price(request), "gpu_hour_price_usd"))
     return float(num_gpus)
 
 

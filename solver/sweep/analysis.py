@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-SECONDS_PER_HOUR = 3600.0
+from solver.cost.price import gpu_time_cost_usd
+
 # Efficiency under which a series is said to have passed its knee, unless the request says
 # otherwise: below 80% a team usually stops adding GPUs (a convention, not a law).
 DEFAULT_EFFICIENCY_THRESHOLD = 0.8
@@ -75,7 +76,7 @@ class PointResult:
         """GPU-hours x price: num_gpus x time to train (h) x USD per GPU-hour."""
         if self.time_to_train_s is None or self.gpu_hour_price_usd is None:
             return None
-        return self.num_gpus * self.time_to_train_s / SECONDS_PER_HOUR * self.gpu_hour_price_usd
+        return gpu_time_cost_usd(self.time_to_train_s, self.num_gpus, self.gpu_hour_price_usd)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from xml.sax.saxutils import escape, quoteattr
 
-from solver.sweep.analysis import SECONDS_PER_HOUR, PointResult, SweepAnalysis
+from solver.cost.price import SECONDS_PER_HOUR
+from solver.sweep.analysis import PointResult, SweepAnalysis
 
 WIDTH_PX, HEIGHT_PX = 760, 460
 MARGIN_LEFT_PX, MARGIN_RIGHT_PX, MARGIN_TOP_PX, MARGIN_BOTTOM_PX = 80, 230, 40, 56
