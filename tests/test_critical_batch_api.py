@@ -3,6 +3,7 @@ planner chooses the global batch size and explains the time it takes."""
 
 from __future__ import annotations
 
+import html
 import io
 import json
 
@@ -53,6 +54,13 @@ def test_chooses_the_batch_that_trains_fastest_and_explains_the_time(api):
     stored = api.get(f"/v1/plans/{plan['id']}").json()
     assert stored["batch_choice"] == choice
     assert "batch_choice" not in stored["search"]
+    # The plan page shows the comparison: a row per batch size, the chosen one marked.
+    page = api.get(f"/plans/{plan['id']}").text
+    assert "<h2>Global batch size</h2>" in page and html.escape(choice["summary"]) in page
+    assert page.count('<tr class="batch"') == len(points)
+    assert f'<tr class="batch" aria-current="true"><td class="num">{chosen:,} (chosen)</td>' in page
+    # The request reads with the batch the candidates run (their timeline is drawn for it).
+    assert (f"(the planner chose {chosen})" in page) == (chosen != 512)
 
 
 def test_min_cost_with_bounds_and_a_given_noise_scale(api):

@@ -3,6 +3,7 @@ min_cost and min_time_to_train choose among them and the plan compares them side
 
 from __future__ import annotations
 
+import html
 import io
 import json
 
@@ -68,6 +69,10 @@ def test_chooses_among_clusters_and_compares_them(api, objective):
     assert api.get(f"/v1/plans/{plan['id']}").json()["cluster_comparison"] == comparison
     page = api.get(f"/plans/{plan['id']}")
     assert page.status_code == 200 and " or ".join(CLUSTERS) in page.text
+    # The page compares the clusters as the JSON does: a row each, the winner marked.
+    assert "<h2>Clusters compared</h2>" in page.text and html.escape(comparison["reason"]) in page.text
+    assert page.text.count('<tr class="cluster"') == len(CLUSTERS)
+    assert f'<tr class="cluster" aria-current="true"><td>{winner} (chosen)</td>' in page.text
 
 
 def test_a_request_price_applies_to_every_cluster(api):

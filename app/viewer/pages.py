@@ -8,10 +8,11 @@ the timeline's layout (``app.viewer.schedule``), which takes exactly the cost mo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from html import escape
 from urllib.parse import urlencode
 
-from app.plans.schemas import CandidateOut, ExportFormatName, MemoryMissOut, Plan, PlanList
+from app.plans.schemas import BatchChoiceOut, CandidateOut, ClusterComparisonOut, ExportFormatName, MemoryMissOut, Plan, PlanList
 from app.viewer.charts import (
     MAX_DRAWN_PASSES,
     MEMORY_KINDS,
@@ -107,6 +108,15 @@ def parallel_words(parallel: dict) -> str:
     return " · ".join(words)
 
 
+def planned_global_batch_size(plan: Plan) -> int:
+    """The global batch the candidates run: the batch chosen where the request let the planner
+    choose it (``critical_batch``), else the request's."""
+    choice = plan.batch_choice
+    if isinstance(choice, BatchChoiceOut) and choice.chosen_global_batch_size is not None:
+        return choice.chosen_global_batch_size
+    return plan.request.training.global_batch_size
+
+
 def request_words(plan: Plan) -> str:
     """The stored request as a sentence."""
     request = plan.request
@@ -115,7 +125,9 @@ def request_words(plan: Plan) -> str:
     text = (
         f"Train {escape(_name(request.model))} on {escape(_name(request.cluster))}"
         + (f" using {num_gpus} GPUs" if num_gpus else "")
-        + f", {training.global_batch_size} sequences of {training.seq_length} tokens per step in {training.precision}"
+        + f", {training.global_batch_size} sequences of {training.seq_length} tokens per step"
+        + (f" (the planner chose {planned_global_batch_size(plan)})" if planned_global_batch_size(plan) != training.global_batch_size else "")
+        + f" in {training.precision}"
         f" with {training.optimizer}"
         + (f", {training.train_tokens:,.3g} tokens in all" if training.train_tokens else "")
         + (f", on the {escape(training.stack)} stack" if training.stack else "")
@@ -219,7 +231,7 @@ def _breakdown_table(candidate: CandidateOut) -> str:
 def _timeline(plan: Plan, candidate: CandidateOut) -> str:
     parallel = candidate.parallel.model_dump(mode="json")
     pp_size, virtual_stages = parallel["pp_size"], parallel["virtual_stages"]
-    num_micro_batches = micro_batch_count(plan.request.training.global_batch_size, parallel["dp_size"], parallel["micro_batch_size"])
+    num_micro_batches = micro_batch_count(planned_global_batch_size(plan), parallel["dp_size"], parallel["micro_batch_size"])
     breakdown = candidate.prediction.breakdown_s
     stage_times_s = [stage.time_per_micro_batch_s for stage in candidate.stages]
     slot_s = max(stage_times_s)
@@ -304,6 +316,65 @@ def _explanation(plan: Plan) -> str:
     )
 
 
+CURRENT = ' aria-current="true"'  # the row chosen, for screen readers and the tests
+
+
+def _optional(value: float | None, words: Callable[[float], str]) -> str:
+    """A table cell's text: a dash where there is no figure."""
+    return "–" if value is None else words(value)
+
+
+def _batch_choice(plan: Plan) -> str:
+    """How the global batch was chosen (requests with ``critical_batch``): per batch size the steps,
+    the tokens, the step time and the time to train split into the work any batch does and what
+    the batch's size adds."""
+    choice = plan.batch_choice
+    if not isinstance(choice, BatchChoiceOut):
+        return ""
+    rows = []
+    for point in choice.points:
+        chosen = point.global_batch_size == choice.chosen_global_batch_size
+        rows.append(
+            f'<tr class="batch"{CURRENT if chosen else ""}><td class="num">{point.global_batch_size:,}{" (chosen)" if chosen else ""}</td>'
+            f'<td class="num">{point.steps:,.0f}</td><td class="num">{point.tokens:,.3g}</td>'
+            f'<td class="num">{_optional(point.step_time_s, seconds_words)}</td>'
+            f'<td class="num">{_optional(point.time_for_min_tokens_s, time_words)}</td>'
+            f'<td class="num">{_optional(point.time_for_extra_tokens_s, time_words)}</td>'
+            f'<td class="num">{_optional(point.time_to_train_s, time_words)}</td>'
+            f'<td class="num">{_optional(point.cost_usd, lambda usd: f"${usd:,.0f}")}</td></tr>'
+        )
+    return (
+        f"<h2>Global batch size</h2><p id=\"batch-choice\">{escape(choice.summary)}</p>"
+        "<table><caption>Batch sizes compared (tokens to the target grow with the batch: E = E_min (1 + B / B_noise))"
+        '</caption><thead><tr><th class="num">sequences per step</th><th class="num">steps</th><th class="num">tokens</th>'
+        '<th class="num">step time</th><th class="num">time for E_min</th><th class="num">time for the extra tokens</th>'
+        f'<th class="num">time to train</th><th class="num">cost</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    )
+
+
+def _cluster_comparison(plan: Plan) -> str:
+    """Requests naming several clusters: each cluster's best plan side by side."""
+    comparison = plan.cluster_comparison
+    if not isinstance(comparison, ClusterComparisonOut):
+        return ""
+    rows = []
+    for row in comparison.clusters:
+        chosen = row.cluster == comparison.chosen_cluster
+        rows.append(
+            f'<tr class="cluster"{CURRENT if chosen else ""}><td>{escape(row.cluster)}{" (chosen)" if chosen else ""}</td>'
+            f'<td class="num">{_optional(row.num_gpus, str)}</td><td class="num">{_optional(row.step_time_s, seconds_words)}</td>'
+            f'<td class="num">{_optional(row.time_to_train_s, time_words)}</td>'
+            f'<td class="num">{_optional(row.gpu_hour_price_usd, lambda usd: f"${usd:,.2f}")}</td>'
+            f'<td class="num">{_optional(row.cost_usd, lambda usd: f"${usd:,.0f}")}</td><td>{escape(row.summary)}</td></tr>'
+        )
+    return (
+        f"<h2>Clusters compared</h2><p id=\"cluster-choice\">{escape(comparison.reason)}</p>"
+        '<table><caption>Each cluster\'s best plan</caption><thead><tr><th>cluster</th><th class="num">GPUs</th>'
+        '<th class="num">step time</th><th class="num">time to train</th><th class="num">per GPU-hour</th>'
+        f'<th class="num">cost</th><th>best plan</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    )
+
+
 def plan_page(plan: Plan, chosen: int) -> str:
     """The page of a stored plan, showing candidate ``chosen`` (0: the best) in full."""
     status = f'<span class="status-{plan.status}">{plan.status}</span>' + (" (the search timed out: best found so far)" if plan.timed_out else "")
@@ -311,11 +382,12 @@ def plan_page(plan: Plan, chosen: int) -> str:
         f"<h1>Plan {escape(plan.id)}</h1><p>{status}, stored {plan.created_at:%Y-%m-%d %H:%M} UTC,"
         f" solver {escape(plan.versions.solver)}</p><p id=\"request\">{request_words(plan)}</p>"
     )
+    choices = _cluster_comparison(plan) + _batch_choice(plan)
     if not plan.candidates:
-        return page_html(f"Plan {plan.id}", head + _links(plan, 0) + _explanation(plan))
+        return page_html(f"Plan {plan.id}", head + _links(plan, 0) + choices + _explanation(plan))
     candidate = plan.candidates[chosen]
     body = (
-        head + _links(plan, chosen)
+        head + _links(plan, chosen) + choices
         + f"<h2>Candidates</h2>{_candidates_table(plan, chosen)}"
         + f"<h2>Candidate {chosen}: {escape(parallel_words(candidate.parallel.model_dump(mode='json')))}</h2>"
         + _prediction(candidate)
