@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from solver.cost.comm import all_reduce_s, cp_link, overlapped_exposed_s, ring_exchange_s, tp_link
-from solver.cost.compute import OPERAND_BYTES, bytes_per_element, elementwise_time_s, gemm_time_s
+from solver.cost.compute import bytes_per_element, elementwise_time_s, gemm_time_s
 from solver.cost.flops import (
     attention_score_flops,
     embedding_parameter_count,
@@ -123,10 +123,15 @@ QUANTISATION = {
 CROSS_ENTROPY_BYTES = 12
 
 
+def _quantised(precision: Precision) -> bool:
+    """Whether the linear layers' GEMMs run in FP8 or a block-scaled format (``QUANTISATION``)."""
+    return precision in QUANTISATION
+
+
 def _sixteen_bit(precision: Precision) -> Precision:
     """FP8 and the block-scaled formats apply to the linear layers only (Transformer Engine):
     attention and the output layer run in 16 bit."""
-    return Precision.BF16 if precision in QUANTISATION else precision
+    return Precision.BF16 if _quantised(precision) else precision
 
 
 def _activation_all_reduce_s(cluster: ClusterSpec, tokens: float, hidden_size: int, tp_size: int) -> float:
@@ -328,7 +333,7 @@ def _layer_profile(
         cluster, ring_exchange_bytes(model, shape, s), cp, t, attention_forward_s, attention_backward_s
     )
 
-    low_precision = training.low_precision_saved_inputs and precision in OPERAND_BYTES
+    low_precision = training.low_precision_saved_inputs and _quantised(precision)
     activation, selective, checkpoint = _kept_bytes(
         model, shape, s, flash, bytes_per_element(precision) if low_precision else BYTES_16BIT
     )
