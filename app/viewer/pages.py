@@ -324,6 +324,20 @@ def _optional(value: float | None, words: Callable[[float], str]) -> str:
     return "–" if value is None else words(value)
 
 
+def _dollars(usd: float) -> str:
+    return f"${usd:,.0f}"
+
+
+def _choice_section(title: str, text_id: str, text: str, caption: str, headers: tuple[tuple[str, bool], ...], rows: list[str]) -> str:
+    """A choice the planner made among alternatives: a heading, the choice in words, and a table
+    of the alternatives (``headers``: each column's label and whether it holds numbers)."""
+    head = "".join(f'<th class="num">{label}</th>' if numeric else f"<th>{label}</th>" for label, numeric in headers)
+    return (
+        f'<h2>{title}</h2><p id="{text_id}">{escape(text)}</p>'
+        f"<table><caption>{caption}</caption><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
 def _batch_choice(plan: Plan) -> str:
     """How the global batch was chosen (requests with ``critical_batch``): per batch size the steps,
     the tokens, the step time and the time to train split into the work any batch does and what
@@ -341,15 +355,13 @@ def _batch_choice(plan: Plan) -> str:
             f'<td class="num">{_optional(point.time_for_min_tokens_s, time_words)}</td>'
             f'<td class="num">{_optional(point.time_for_extra_tokens_s, time_words)}</td>'
             f'<td class="num">{_optional(point.time_to_train_s, time_words)}</td>'
-            f'<td class="num">{_optional(point.cost_usd, lambda usd: f"${usd:,.0f}")}</td></tr>'
+            f'<td class="num">{_optional(point.cost_usd, _dollars)}</td></tr>'
         )
-    return (
-        f"<h2>Global batch size</h2><p id=\"batch-choice\">{escape(choice.summary)}</p>"
-        "<table><caption>Batch sizes compared (tokens to the target grow with the batch: E = E_min (1 + B / B_noise))"
-        '</caption><thead><tr><th class="num">sequences per step</th><th class="num">steps</th><th class="num">tokens</th>'
-        '<th class="num">step time</th><th class="num">time for E_min</th><th class="num">time for the extra tokens</th>'
-        f'<th class="num">time to train</th><th class="num">cost</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
-    )
+    headers = tuple((label, True) for label in (
+        "sequences per step", "steps", "tokens", "step time", "time for E_min", "time for the extra tokens", "time to train", "cost",
+    ))
+    caption = "Batch sizes compared (tokens to the target grow with the batch: E = E_min (1 + B / B_noise))"
+    return _choice_section("Global batch size", "batch-choice", choice.summary, caption, headers, rows)
 
 
 def _cluster_comparison(plan: Plan) -> str:
@@ -365,14 +377,13 @@ def _cluster_comparison(plan: Plan) -> str:
             f'<td class="num">{_optional(row.num_gpus, str)}</td><td class="num">{_optional(row.step_time_s, seconds_words)}</td>'
             f'<td class="num">{_optional(row.time_to_train_s, time_words)}</td>'
             f'<td class="num">{_optional(row.gpu_hour_price_usd, lambda usd: f"${usd:,.2f}")}</td>'
-            f'<td class="num">{_optional(row.cost_usd, lambda usd: f"${usd:,.0f}")}</td><td>{escape(row.summary)}</td></tr>'
+            f'<td class="num">{_optional(row.cost_usd, _dollars)}</td><td>{escape(row.summary)}</td></tr>'
         )
-    return (
-        f"<h2>Clusters compared</h2><p id=\"cluster-choice\">{escape(comparison.reason)}</p>"
-        '<table><caption>Each cluster\'s best plan</caption><thead><tr><th>cluster</th><th class="num">GPUs</th>'
-        '<th class="num">step time</th><th class="num">time to train</th><th class="num">per GPU-hour</th>'
-        f'<th class="num">cost</th><th>best plan</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    headers = (
+        ("cluster", False), ("GPUs", True), ("step time", True), ("time to train", True), ("per GPU-hour", True),
+        ("cost", True), ("best plan", False),
     )
+    return _choice_section("Clusters compared", "cluster-choice", comparison.reason, "Each cluster's best plan", headers, rows)
 
 
 def plan_page(plan: Plan, chosen: int) -> str:
