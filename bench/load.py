@@ -426,6 +426,37 @@ def _problem_counts(outcomes: list[Outcome]) -> str:
     return ", ".join(f"{kind} x{count}" for kind, count in sorted(Counter(p for o in outcomes for p in o.problems).items()))
 
 
+@dataclass(frozen=True)
+class FaultOutcome:
+    """What a fault's clients saw, summed up the same way for every fault: the plans acknowledged
+    (201/200 with an id) and which of them the restarted server cannot read back, every status
+    answered, the 5xx that are not 503 with Retry-After, and the latencies."""
+
+    outcomes: list[Outcome]
+    acknowledged: set[str]
+    lost: list[str]
+    every: list[str]
+    bad: list[str]
+
+    @staticmethod
+    def of(server: Server, outcomes: list[Outcome]) -> "FaultOutcome":
+        acknowledged = {o.plan_id for o in outcomes if o.plan_id}
+        every = [status for outcome in outcomes for status in outcome.statuses]
+        return FaultOutcome(
+            outcomes, acknowledged, unreadable(server.base_url, acknowledged), every,
+            [s for s in every if _is_bad_5xx(s) or s.endswith("no-retry-after")],
+        )
+
+    @property
+    def succeeded(self) -> int:
+        return sum(o.plan_id is not None for o in self.outcomes)
+
+    def row(self, backend: str, scenario: str, note: str) -> Row:
+        latencies = [o.total_latency_s for o in self.outcomes]
+        return Row(backend, scenario, FAULT_CLIENTS, counts([o.first for o in self.outcomes]), counts(self.every), self.succeeded,
+                   percentile(latencies, 0.5), percentile(latencies, 0.99), float("nan"), float("nan"), note)
+
+
 def kill_fault(report: Report, backend: str, server: Server) -> None:
     """kill -9 the server while FAULT_CLIENTS distinct requests are in flight, start it again."""
     orphans: list[int] = []
@@ -447,23 +478,20 @@ def kill_fault(report: Report, backend: str, server: Server) -> None:
         down_s = time.monotonic() - killed_at
         return await load
 
-    outcomes = asyncio.run(load_and_kill())
-    acknowledged = {o.plan_id for o in outcomes if o.plan_id}
-    lost = unreadable(server.base_url, acknowledged)
-    every = [status for outcome in outcomes for status in outcome.statuses]
-    succeeded = sum(o.plan_id is not None for o in outcomes)
-    bad = [s for s in every if _is_bad_5xx(s) or s.endswith("no-retry-after")]
-    latencies = [o.total_latency_s for o in outcomes]
-    report.add(Row(backend, "kill -9", FAULT_CLIENTS, counts([o.first for o in outcomes]), counts(every), succeeded,
-                   percentile(latencies, 0.5), percentile(latencies, 0.99), float("nan"), float("nan"),
-                   f"acknowledged {len(acknowledged)} ({_before(outcomes, killed_at)} before the kill), lost {len(lost)};"
-                   f" processes at the kill {len(group_at_kill)}, orphans {len(orphans)}; down {down_s:.1f} s;"
-                   f" {_problem_counts(outcomes)}"))
+    fault = FaultOutcome.of(server, asyncio.run(load_and_kill()))
+    report.add(fault.row(
+        backend, "kill -9",
+        f"acknowledged {len(fault.acknowledged)} ({_before(fault.outcomes, killed_at)} before the kill), lost {len(fault.lost)};"
+        f" processes at the kill {len(group_at_kill)}, orphans {len(orphans)}; down {down_s:.1f} s;"
+        f" {_problem_counts(fault.outcomes)}",
+    ))
     label = f"{backend} kill -9"
-    report.check(not lost, f"{label}: acknowledged plans lost must be 0 (got {len(lost)}: {lost[:3]})")
+    report.check(not fault.lost, f"{label}: acknowledged plans lost must be 0 (got {len(fault.lost)}: {fault.lost[:3]})")
     report.check(not orphans, f"{label}: orphan processes left must be 0 (got {orphans})")
-    report.check(not bad, f"{label}: no 5xx other than 503 with Retry-After (got {counts(bad)})")
-    report.check(succeeded == FAULT_CLIENTS, f"{label}: every request succeeds when retried (got {succeeded}/{FAULT_CLIENTS})")
+    report.check(not fault.bad, f"{label}: no 5xx other than 503 with Retry-After (got {counts(fault.bad)})")
+    report.check(
+        fault.succeeded == FAULT_CLIENTS, f"{label}: every request succeeds when retried (got {fault.succeeded}/{FAULT_CLIENTS})"
+    )
 
 
 def postgres_restart_fault(report: Report, server: Server) -> None:
@@ -481,21 +509,18 @@ def postgres_restart_fault(report: Report, server: Server) -> None:
         restart_s = time.monotonic() - started
         return await load
 
-    outcomes = asyncio.run(load_and_restart())
-    acknowledged = {o.plan_id for o in outcomes if o.plan_id}
-    lost = unreadable(server.base_url, acknowledged)
-    every = [status for outcome in outcomes for status in outcome.statuses]
-    succeeded = sum(o.plan_id is not None for o in outcomes)
-    bad = [s for s in every if _is_bad_5xx(s) or s.endswith("no-retry-after")]
-    latencies = [o.total_latency_s for o in outcomes]
-    report.add(Row("postgres", "pg restart", FAULT_CLIENTS, counts([o.first for o in outcomes]), counts(every), succeeded,
-                   percentile(latencies, 0.5), percentile(latencies, 0.99), float("nan"), float("nan"),
-                   f"acknowledged {len(acknowledged)} ({_before(outcomes, restarted_at)} before the restart), lost {len(lost)};"
-                   f" bad 5xx {len(bad)}; restart {restart_s:.1f} s; {_problem_counts(outcomes)}"))
+    fault = FaultOutcome.of(server, asyncio.run(load_and_restart()))
+    report.add(fault.row(
+        "postgres", "pg restart",
+        f"acknowledged {len(fault.acknowledged)} ({_before(fault.outcomes, restarted_at)} before the restart), lost {len(fault.lost)};"
+        f" bad 5xx {len(fault.bad)}; restart {restart_s:.1f} s; {_problem_counts(fault.outcomes)}",
+    ))
     label = "postgres restart"
-    report.check(not bad, f"{label}: 5xx must be 0 (a database error is 503 with Retry-After; got {counts(bad)})")
-    report.check(not lost, f"{label}: acknowledged plans lost must be 0 (got {len(lost)}: {lost[:3]})")
-    report.check(succeeded == FAULT_CLIENTS, f"{label}: every request succeeds when retried (got {succeeded}/{FAULT_CLIENTS})")
+    report.check(not fault.bad, f"{label}: 5xx must be 0 (a database error is 503 with Retry-After; got {counts(fault.bad)})")
+    report.check(not fault.lost, f"{label}: acknowledged plans lost must be 0 (got {len(fault.lost)}: {fault.lost[:3]})")
+    report.check(
+        fault.succeeded == FAULT_CLIENTS, f"{label}: every request succeeds when retried (got {fault.succeeded}/{FAULT_CLIENTS})"
+    )
 
 
 def run_backend(report: Report, backend: str, sizes: list[int], faults: bool, scratch: Path) -> None:
