@@ -17,6 +17,7 @@ times, and the records the planner cannot express, each with its reason (a to-do
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -46,6 +47,9 @@ WORST_TARGET = 0.20
 # Issue 16: MAPE per family of the runs of each new kind (Blackwell GPUs and block-scaled
 # precisions, mixture of experts), each kind with its own families.
 NEW_KIND_FAMILY_TARGET = 0.15
+# TrainingSpec fields a run sets beyond its stack's facts: Megatron-core's selective recompute
+# modules (``--recompute-modules``), a per-job choice the recipes state.
+RUN_FACTS = ("recompute_modules",)
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,9 @@ def _catalog_model(record: dict, settings: dict) -> str | None:
 
 def _model_for(record: dict, settings: dict) -> ModelSpec | None:
     if _catalog_model(record, settings):
-        return catalog.get_model(str(_catalog_model(record, settings)))
+        # ``model_overrides``: what the run changed of the catalog model (e.g. DeepSeek-V3 'w/o
+        # MTP': mtp_num_layers 0), each with its reason in the record's ``why``.
+        return dataclasses.replace(catalog.get_model(str(_catalog_model(record, settings))), **settings.get("model_overrides", {}))
     shape = _shape(record, settings)
     if shape.get("layers") is None or shape.get("hidden") is None:
         return None
@@ -271,7 +277,7 @@ def training_for(record: dict, settings: dict, model: ModelSpec, padded: bool = 
     full_length = record["model"].get("seq_len") or model.seq_length
     # The source's stack sets the kernel and overlap facts; the record's settings override each.
     stack = catalog.get_stack_facts(settings["stack"]) if settings.get("stack") else {}
-    facts = {**stack, **{name: settings[name] for name in STACK_FACTS if name in settings}}
+    facts = {**stack, **{name: settings[name] for name in STACK_FACTS + RUN_FACTS if name in settings}}
     return TrainingSpec(
         global_batch_size=record["parallel"].get("global_batch") or settings.get("global_batch") or settings["global_batch_per_gpu"] * gpus,
         seq_length=(settings.get("mean_padded_seq_length") or full_length) if padded else full_length,

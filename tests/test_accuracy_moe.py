@@ -57,12 +57,30 @@ def test_nemo_moe_family_meets_the_issue_16_target(moe_results):
     assert rows["nemo-moe"].mape <= NEW_KIND_FAMILY_TARGET, rows["nemo-moe"]
 
 
+def test_no_moe_run_that_ran_is_called_infeasible(moe_results):
+    """Megatron-core's recompute modules (mla_up_proj, mlp, layernorm), the inputs Transformer
+    Engine keeps in MXFP8/FP8 and the MTP module on the last stage: every published run fits."""
+    assert [r.run_id for r in moe_results if "INFEASIBLE" in r.filled] == []
+
+
+# Where the DeepSeek-V3 families stand (MTP and Megatron-core's recompute modules modelled):
+# guards against drifting back while the issue 16 target below is not met.
+REACHED = {"mbridge-moe": 0.195, "deepseek-v3-report": 0.175}
+
+
+@pytest.mark.parametrize("family", sorted(REACHED))
+def test_deepseek_families_hold_what_they_reached(moe_results, family):
+    rows = {row.family: row for row in family_table(moe_results)}
+    assert rows[family].mape <= REACHED[family], rows[family]
+
+
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "issue 16 target not met yet: mbridge-moe is +23% optimistic on average (DeepSeek-V3 at pp 16 on "
-        "DGX-B200/B300 +28..+61%: MTP, HybridEP and CUDA graphs are not modelled) and the DeepSeek-V3 report "
-        "row -16% (a whole-run average; DualPipe's schedule costed as 1F1B)"
+        "issue 16 target not met yet: mbridge-moe is +16% optimistic on average (DeepSeek-V3 at pp 16 on "
+        "DGX-B200/B300 +20..+50%: HybridEP, CUDA graphs and per-layer host work are not modelled, and the "
+        "force-balanced routing is costed at capacity factor 1.25) and the DeepSeek-V3 report row -17% "
+        "(a whole-run average; DualPipe's schedule costed as 1F1B)"
     ),
 )
 @pytest.mark.parametrize("family", ["mbridge-moe", "deepseek-v3-report"])

@@ -115,6 +115,10 @@ class ModelSpecIn(BaseModel):
     qk_head_dim: LatentWidth | None = None
     qk_rope_head_dim: LatentWidth | None = None
     v_head_dim: LatentWidth | None = None
+    # Multi-token prediction (DeepSeek-V3): absent for none.
+    mtp_num_layers: Annotated[int, Field(strict=True, ge=0, le=64)] | None = Field(
+        None, description="multi-token prediction modules trained on the last stage (DeepSeek-V3: 1)"
+    )
 
 
 class GpuSpecIn(BaseModel):
@@ -292,6 +296,7 @@ class StoredModelSpec(BaseModel):
     qk_head_dim: int | None | MISSING = MISSING
     qk_rope_head_dim: int | None | MISSING = MISSING
     v_head_dim: int | None | MISSING = MISSING
+    mtp_num_layers: int | None | MISSING = MISSING
     source: str | MISSING = Field(MISSING, description="where the shape comes from")
 
 

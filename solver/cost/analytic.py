@@ -35,6 +35,7 @@ from solver.cost.flops import (
     layer_forward_gemm_flops,
     layer_parameter_count,
     logits_forward_flops,
+    mtp_layer_is_moe,
     predicted_tokens,
 )
 from solver.cost.mla import MlaCost, mla_cost
@@ -42,7 +43,7 @@ from solver.cost.moe import MoeMlpCost, ep_comm_exposed_s, moe_mlp_cost
 from solver.cost.profile import LayerKind, LayerProfile, ModelProfile, ProfileShape
 from solver.spec.hardware import ClusterSpec, GpuSpec
 from solver.spec.model import Architecture, MlpActivation, ModelSpec
-from solver.spec.training import LossDtype, Precision, SelectiveRecompute, TrainingSpec
+from solver.spec.training import LossDtype, Precision, RecomputeModule, SelectiveRecompute, TrainingSpec
 
 BYTES_16BIT = 2
 BYTES_FP32 = 4
@@ -333,15 +334,19 @@ def _layer_profile(
         cluster, ring_exchange_bytes(model, shape, s), cp, t, attention_forward_s, attention_backward_s
     )
 
-    low_precision = training.low_precision_saved_inputs and _quantised(precision)
-    activation, selective, checkpoint = _kept_bytes(
-        model, shape, s, flash, bytes_per_element(precision) if low_precision else BYTES_16BIT
-    )
+    activation, selective, checkpoint = _kept_bytes(model, shape, s, flash, _saved_input_bytes(training))
     if training.selective_recompute is SelectiveRecompute.OP:
         selective, selective_recompute_s = _op_selective(
             model, gpu, precision, shape, tokens, flash, checkpoint,
             attention_forward_s + score_elementwise_s, other_elementwise_s,
         )
+    else:
+        modules = training.recompute_modules
+        if RecomputeModule.CORE_ATTN not in modules:  # the scores stay: nothing of the core is dropped
+            selective, selective_recompute_s = activation, 0.0
+        if RecomputeModule.LAYERNORM in modules:
+            dropped, again_s = _layernorm_recompute(model, gpu, tokens_local, _saved_input_bytes(training))
+            selective, selective_recompute_s = selective - dropped, selective_recompute_s + again_s
     return LayerProfile(
         name=f"layer.{index}",
         kind=LayerKind.TRANSFORMER,
@@ -359,6 +364,49 @@ def _layer_profile(
     )
 
 
+def _saved_input_bytes(training: TrainingSpec) -> float:
+    """Bytes per element of a GEMM input kept for backward: the FP8-family copy where the stack's
+    GEMMs keep it (``TrainingSpec.low_precision_saved_inputs``), else 16 bit."""
+    low_precision = training.low_precision_saved_inputs and _quantised(training.precision)
+    return bytes_per_element(training.precision) if low_precision else BYTES_16BIT
+
+
+def _layernorm_recompute(model: ModelSpec, gpu: GpuSpec, tokens_local: float, saved_input_bytes: float) -> tuple[int, float]:
+    """(kept bytes dropped, backward seconds added) by Megatron-core's ``layernorm`` recompute
+    module (transformer_layer.py at NVIDIA/Megatron-LM 8f1c2f8ae53b4e3f32c0ae7f397d8b38a675eaa2:
+    ``input_layernorm_checkpoint`` and ``pre_mlp_norm_checkpoint`` are output-discarding
+    checkpoints): the two norms' outputs, which the attention's and the MLP's first GEMMs keep
+    as their inputs (Korthikanti et al.'s 'QKV and MLP inputs'), are freed after use and the
+    norms run again in backward (read the 16-bit input, write the output: 4 bytes per element
+    each, as ``FUSED`` counts a LayerNorm)."""
+    h = model.hidden_size
+    return int(2 * saved_input_bytes * tokens_local * h), elementwise_time_s(gpu, 2 * 4 * tokens_local * h, kernels=2)
+
+
+def _mlp_recompute(layer: LayerProfile, model: ModelSpec, gpu: GpuSpec, training: TrainingSpec, tokens: float, tp_size: int) -> LayerProfile:
+    """A dense layer under Megatron-core's ``mlp`` recompute module (transformer_layer.py at
+    NVIDIA/Megatron-LM 8f1c2f8ae53b4e3f32c0ae7f397d8b38a675eaa2: ``tensor_parallel.checkpoint``
+    (``te_checkpoint`` in FP8) of ``self.mlp`` from the pre-MLP norm's output; MoE layers are
+    left alone, ``if not self.is_moe_layer``): the MLP's inner tensors (the activation's input,
+    2 x 2 bytes per element for SwiGLU, 2 for GELU, and the down projection's input) are not
+    kept, and its GEMMs and activation run again in backward. Its input is the norm output the
+    layer keeps anyway. Selective recompute only (``selective_*`` fields)."""
+    t, h, f = tp_size, model.hidden_size, model.ffn_hidden_size
+    swiglu = model.mlp_activation is MlpActivation.SWIGLU
+    precision = training.precision
+    dropped = int(((4 if swiglu else 2) + _saved_input_bytes(training)) * tokens * f / t)
+    again_s = (
+        gemm_time_s(gpu, precision, tokens, (2 if swiglu else 1) * f / t, h)
+        + gemm_time_s(gpu, precision, tokens, h, f / t)
+        + elementwise_time_s(gpu, (6 if swiglu else 4) * tokens * f / t, kernels=1)
+    )
+    return replace(
+        layer,
+        selective_activation_bytes=layer.selective_activation_bytes - dropped,
+        selective_recompute_s=layer.selective_recompute_s + again_s,
+    )
+
+
 def _renamed(layer: LayerProfile, name: str) -> LayerProfile:
     """``layer`` under another name: its fields copied into a new instance (``dataclasses.replace``
     re-runs the constructor and ``copy.copy`` the pickle protocol, which a search asking for
@@ -369,28 +417,34 @@ def _renamed(layer: LayerProfile, name: str) -> LayerProfile:
     return renamed
 
 
-def _mla_layer(standard: LayerProfile, cost: MlaCost) -> LayerProfile:
+def _mla_layer(standard: LayerProfile, cost: MlaCost, up_proj_recompute: bool = False) -> LayerProfile:
     """A layer with multi-head latent attention: the layer costed with h-wide projections, its
     fused QKV and output GEMMs swapped for MLA's down, up and output projections and its kept
     Q, K, V for MLA's wider heads and latents (``solver.cost.mla``). Backward costs the GEMMs in
-    the dense layer's ratio (BACKWARD_TO_FORWARD)."""
+    the dense layer's ratio (BACKWARD_TO_FORWARD). With ``up_proj_recompute`` (Megatron-core's
+    ``mla_up_proj`` module) selective recomputation frees the up-projected Q, K, V and runs the up
+    projections again in backward."""
     gemm_s = cost.gemm_forward_s - cost.standard_gemm_forward_s
     kept = int(cost.kept_bytes)
+    dropped = int(cost.up_proj_kept_bytes) if up_proj_recompute else 0
     return replace(
         standard,
         forward_s=standard.forward_s + gemm_s,
         backward_s=standard.backward_s + BACKWARD_TO_FORWARD * gemm_s,
         activation_bytes=standard.activation_bytes + kept,
-        selective_activation_bytes=standard.selective_activation_bytes + kept,
+        selective_activation_bytes=standard.selective_activation_bytes + kept - dropped,
+        selective_recompute_s=standard.selective_recompute_s + (cost.up_proj_forward_s if up_proj_recompute else 0.0),
     )
 
 
-def _moe_layer(dense: LayerProfile, cost: MoeMlpCost, gpu: GpuSpec, ep_comm_overlap: bool) -> LayerProfile:
+def _moe_layer(dense: LayerProfile, cost: MoeMlpCost, gpu: GpuSpec, ep_comm_overlap: bool, act_recompute: bool = False) -> LayerProfile:
     """An MoE layer: the dense layer of the same shape with its MLP swapped for the router,
     shared and routed experts, and the dispatch and combine all-to-alls added
     (``solver.cost.moe``), exposed or run beside the layer's compute as the stack does
     (``moe.ep_comm_exposed_s``). Backward costs its GEMMs and element-wise work in the dense
-    layer's ratios (BACKWARD_TO_FORWARD, ELEMENTWISE_BACKWARD_TO_FORWARD)."""
+    layer's ratios (BACKWARD_TO_FORWARD, ELEMENTWISE_BACKWARD_TO_FORWARD). With ``act_recompute``
+    (Megatron-core's ``moe_act`` module) selective recomputation drops the experts' fc2 inputs and
+    runs their activation function again in backward."""
     gemm_s = cost.gemm_forward_s - cost.dense_gemm_forward_s
     elementwise_s = elementwise_time_s(gpu, cost.elementwise_bytes, kernels=cost.elementwise_kernels)
     kept = int(cost.kept_bytes)
@@ -401,7 +455,8 @@ def _moe_layer(dense: LayerProfile, cost: MoeMlpCost, gpu: GpuSpec, ep_comm_over
         forward_s=forward_s,
         backward_s=backward_s,
         activation_bytes=dense.activation_bytes + kept,
-        selective_activation_bytes=dense.selective_activation_bytes + kept,
+        selective_activation_bytes=dense.selective_activation_bytes + kept - (int(cost.act_output_bytes) if act_recompute else 0),
+        selective_recompute_s=dense.selective_recompute_s + (cost.act_recompute_s if act_recompute else 0.0),
         tp_comm_s=dense.tp_comm_s + cost.tp_comm_s,
         ep_comm_s=ep_comm_exposed_s(cost.ep_comm_s, forward_s + backward_s, ep_comm_overlap, gpu.overlap_slowdown),
         parameter_count=cost.parameter_count,
@@ -500,6 +555,61 @@ def _head_profile(
     )
 
 
+def _with_mtp(
+    head: LayerProfile, mtp_layer: LayerProfile, embedding: LayerProfile, model: ModelSpec, cluster: ClusterSpec,
+    precision: Precision, shape: ProfileShape, seq_length: int,
+) -> LayerProfile:
+    """The head of a model with multi-token prediction: the output head and loss, then
+    ``model.mtp_num_layers`` MTP modules on the same (last) pipeline stage, each (DeepSeek-V3 Sec
+    2.2; Megatron-core ``MultiTokenPredictionLayer.forward``): the embedding of the shifted
+    tokens (``embedding``'s lookup again), two RMSNorms, the 2h -> h ``eh_proj`` GEMM
+    (column-parallel), one transformer layer (``mtp_layer``, costed as the model's own layer of
+    that kind: its GEMMs, attention, all-to-alls and kept activations), a final norm, and the
+    output head and cross entropy again (the head's GEMM and loss). Megatron-Bridge places them in
+    the last model chunk with the loss (recipes/deepseek/deepseek_v3.py
+    ``set_deepseek_v3_pipeline_model_parallel_layout``: ``["mtp"] * mtp_num_layers + ["loss"]``).
+
+    The head runs one micro-batch at a time on the last stage (1F1B and the interleaved schedule
+    both run the last chunk's forward and backward back to back), so the MTP layer's kept
+    activations are one micro-batch's, beside the main head's peak at the loss and the MTP
+    loss's 16-bit logit gradient (Transformer Engine's fused cross entropy writes it in forward
+    and keeps it for backward). Not charged: the copy of the embedding table Megatron-core keeps
+    on the last stage when it is not the first (gpt_model.py ``if self.pre_process or
+    self.mtp_process``; the profile does not know the pipeline depth)."""
+    depth = model.mtp_num_layers
+    gpu, t, h = cluster.gpu, shape.tp_size, model.hidden_size
+    tokens = shape.micro_batch_size * seq_length // shape.cp_size
+    tokens_local = tokens / t if shape.sequence_parallel else tokens
+    eh_proj_s = gemm_time_s(gpu, precision, tokens, h / t, 2 * h)
+    # enorm, hnorm and the final norm read and write 16-bit tokens x h (8 bytes per element for
+    # the norm's forward as FUSED counts its LayerNorms); the concatenation copies 2h wide.
+    norms_s = elementwise_time_s(gpu, (3 * 4 + 2 * 4) * tokens_local * h, kernels=4)
+    forward_s = mtp_layer.forward_s + eh_proj_s + norms_s + embedding.forward_s + head.forward_s
+    backward_s = (
+        mtp_layer.backward_s + BACKWARD_TO_FORWARD * eh_proj_s + ELEMENTWISE_BACKWARD_TO_FORWARD * norms_s
+        + embedding.backward_s + head.backward_s
+    )
+    # Kept per module beyond its layer's: the two normalised inputs and their concatenation
+    # (eh_proj's input), the final norm's input, and the MTP loss's logit gradient.
+    logits = predicted_tokens(model, tokens) * model.vocab_size / t
+    extra_kept = int(BYTES_16BIT * (2 * h + 2 * h + h) * tokens_local + BYTES_16BIT * logits)
+    return replace(
+        head,
+        forward_s=head.forward_s + depth * forward_s,
+        backward_s=head.backward_s + depth * backward_s,
+        parameter_count=head.parameter_count + depth * (mtp_layer.parameter_count + 2 * h * h // t + 3 * h),
+        expert_parameter_count=head.expert_parameter_count + depth * mtp_layer.expert_parameter_count,
+        activation_bytes=head.activation_bytes + depth * (mtp_layer.activation_bytes + extra_kept),
+        selective_activation_bytes=head.selective_activation_bytes + depth * (mtp_layer.selective_activation_bytes + extra_kept),
+        checkpoint_bytes=head.checkpoint_bytes + depth * (mtp_layer.checkpoint_bytes + extra_kept),
+        selective_recompute_s=head.selective_recompute_s + depth * mtp_layer.selective_recompute_s,
+        tp_comm_s=head.tp_comm_s + depth * (mtp_layer.tp_comm_s + embedding.tp_comm_s + head.tp_comm_s),
+        cp_comm_s=head.cp_comm_s + depth * mtp_layer.cp_comm_s,
+        ep_comm_s=head.ep_comm_s + depth * mtp_layer.ep_comm_s,
+        model_flops=head.model_flops + depth * (mtp_layer.model_flops + 3.0 * 2 * tokens * 2 * h * h / t + head.model_flops),
+    )
+
+
 @lru_cache(maxsize=4096)
 def analytic_profile(
     model: ModelSpec,
@@ -518,17 +628,27 @@ def analytic_profile(
     args = (shape, seq)
     layer = _layer_profile(model, cluster, training, *args, index=0)
     tokens = shape.micro_batch_size * seq // shape.cp_size
+    # Megatron-core's recompute modules (selective recomputation in a Megatron-style stack).
+    modules = training.recompute_modules if training.selective_recompute is SelectiveRecompute.ATTENTION else ()
     if model.is_mla:
-        layer = _mla_layer(layer, mla_cost(model, cluster.gpu, training.precision, tokens, shape.tp_size))
-    layers = [_embedding_profile(model, cluster, *args)]
+        cost_mla = mla_cost(model, cluster.gpu, training.precision, tokens, shape.tp_size)
+        layer = _mla_layer(layer, cost_mla, RecomputeModule.MLA_UP_PROJ in modules)
+    embedding = _embedding_profile(model, cluster, *args)
+    layers = [embedding]
+    moe_layer = layer
+    dense_layer = _mlp_recompute(layer, model, cluster.gpu, training, tokens, shape.tp_size) if RecomputeModule.MLP in modules else layer
     if model.is_moe:
-        cost = moe_mlp_cost(model, cluster, training.precision, tokens, shape.tp_size, shape.ep_size)
-        moe_layer = _moe_layer(layer, cost, cluster.gpu, training.ep_comm_overlap)
-        layers += [_renamed(moe_layer if model.is_moe_layer(i) else layer, f"layer.{i}") for i in range(model.num_layers)]
+        cost = moe_mlp_cost(model, cluster, training.precision, tokens, shape.tp_size, shape.ep_size, _saved_input_bytes(training))
+        moe_layer = _moe_layer(layer, cost, cluster.gpu, training.ep_comm_overlap, RecomputeModule.MOE_ACT in modules)
+        layers += [_renamed(moe_layer if model.is_moe_layer(i) else dense_layer, f"layer.{i}") for i in range(model.num_layers)]
     else:
-        layers += [layer if i == 0 else replace(layer, name=f"layer.{i}") for i in range(model.num_layers)]
+        layers += [dense_layer if i == 0 else replace(dense_layer, name=f"layer.{i}") for i in range(model.num_layers)]
     loss_bytes = loss_peak_bytes_per_logit(training.loss_dtype, training.fused_kernels)
-    layers.append(_head_profile(model, cluster, training.precision, *args, loss_bytes_per_logit=loss_bytes))
+    head = _head_profile(model, cluster, training.precision, *args, loss_bytes_per_logit=loss_bytes)
+    if model.mtp_num_layers:
+        mtp_layer = moe_layer if mtp_layer_is_moe(model) else dense_layer
+        head = _with_mtp(head, mtp_layer, embedding, model, cluster, training.precision, shape, seq)
+    layers.append(head)
     return ModelProfile(
         model_name=model.name,
         tp_size=shape.tp_size,

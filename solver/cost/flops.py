@@ -165,6 +165,26 @@ def total_parameter_count(model: ModelSpec) -> int:
     )
 
 
+def mtp_layer_is_moe(model: ModelSpec) -> bool:
+    """Whether a multi-token-prediction module's transformer layer has experts: it is built as
+    the layer after the last one would be (Megatron-core's MTP block takes the decoder's layer
+    spec; DeepSeek-V3's released weights hold it as ``model.layers.61``, an MoE layer)."""
+    return model.is_moe_layer(model.num_layers)
+
+
+def mtp_parameter_count(model: ModelSpec) -> int:
+    """Parameters of the multi-token-prediction modules, beyond the main model's (0 without).
+
+    Each (DeepSeek-V3 Sec 2.2, Figure 3; Megatron-core ``MultiTokenPredictionLayer``): two
+    RMSNorms of h (the embedding's, ``enorm``, and the hidden state's, ``hnorm``), the 2h -> h
+    projection ``eh_proj``, one transformer layer and its final RMSNorm; the embedding and the
+    output head are the main model's (shared). DeepSeek-V3's README_WEIGHTS.md: '11.5B unique
+    parameters (excluding the shared 0.9B Embedding and 0.9B output Head)'."""
+    h = model.hidden_size
+    per_module = layer_parameter_count(model, moe=mtp_layer_is_moe(model)) + 2 * h * h + 3 * h
+    return model.mtp_num_layers * per_module
+
+
 def active_parameter_count(model: ModelSpec) -> int:
     """Parameters one token uses: the top-k and shared experts of each MoE layer instead of all
     of them, embedding and output layer included (Mixtral 8x7B: 12.9B, Jiang et al. 2024 Sec 2;

@@ -33,6 +33,8 @@ class MlaCost:
     standard_gemm_forward_s: float  # fused QKV and output projections, to be taken out
     gemm_forward_s: float  # MLA's down, up and output projections, forward
     kept_bytes: float  # activation bytes kept for backward added (wider heads, latents), may be negative
+    up_proj_kept_bytes: float  # of the kept bytes, the up-projected Q, K and V (what ``mla_up_proj`` recompute drops)
+    up_proj_forward_s: float  # the Q and K/V up projections, forward (what ``mla_up_proj`` recompute runs again)
 
 
 def mla_cost(model: ModelSpec, gpu: GpuSpec, precision: Precision, tokens: float, tp_size: int) -> MlaCost:
@@ -42,20 +44,30 @@ def mla_cost(model: ModelSpec, gpu: GpuSpec, precision: Precision, tokens: float
     qk, v, rope = model.qk_head_width, model.v_head_width, model.qk_rope_head_dim
     standard = gemm_time_s(gpu, precision, tokens, (h + 2 * model.kv_hidden_size) / t, h) + gemm_time_s(gpu, precision, tokens, h, h / t)
     if model.q_lora_rank:
-        query_s = gemm_time_s(gpu, precision, tokens, model.q_lora_rank, h) + gemm_time_s(gpu, precision, tokens, heads * qk / t, model.q_lora_rank)
+        query_up_s = gemm_time_s(gpu, precision, tokens, heads * qk / t, model.q_lora_rank)
+        query_s = gemm_time_s(gpu, precision, tokens, model.q_lora_rank, h) + query_up_s
     else:
+        query_up_s = 0.0  # no Q latent: the one Q projection reads the layer input
         query_s = gemm_time_s(gpu, precision, tokens, heads * qk / t, h)
-    key_value_s = gemm_time_s(gpu, precision, tokens, model.kv_lora_rank + rope, h) + gemm_time_s(
-        gpu, precision, tokens, heads * (model.qk_head_dim + v) / t, model.kv_lora_rank
-    )
+    key_value_up_s = gemm_time_s(gpu, precision, tokens, heads * (model.qk_head_dim + v) / t, model.kv_lora_rank)
+    key_value_s = gemm_time_s(gpu, precision, tokens, model.kv_lora_rank + rope, h) + key_value_up_s
     output_s = gemm_time_s(gpu, precision, tokens, h, heads * v / t)
     # Kept 16-bit tensors per token: Q and K of H x qk, V and the output projection's input of
     # H x v (split over tp), the two latents (unsplit), against the standard layer's Q, output
     # input (h each) and K, V (kv_hidden each) of Korthikanti et al.'s Table 2.
     mla_kept = (2 * heads * qk + 2 * heads * v) / t + model.q_lora_rank + model.kv_lora_rank + rope
     standard_kept = (2 * h + 2 * model.kv_hidden_size) / t
+    # ``mla_up_proj`` recompute (Megatron-core multi_latent_attention.py at NVIDIA/Megatron-LM
+    # 8f1c2f8ae53b4e3f32c0ae7f397d8b38a675eaa2: ``qkv_up_checkpoint = CheckpointWithoutOutput``
+    # over ``qkv_up_proj_and_rope_apply``, then ``discard_output_and_register_recompute`` once the
+    # attention core has run) keeps the latents it starts from and frees the up-projected Q, K and
+    # V the attention kernel saved: H x (2 (d_qk + d_rope) + d_v) 16-bit elements per token; the
+    # up projections (and RoPE) run again in backward.
+    up_proj_kept = BYTES_16BIT * tokens * heads * (2 * qk + v) / t
     return MlaCost(
         standard_gemm_forward_s=standard,
         gemm_forward_s=query_s + key_value_s + output_s,
         kept_bytes=BYTES_16BIT * tokens * (mla_kept - standard_kept),
+        up_proj_kept_bytes=up_proj_kept,
+        up_proj_forward_s=query_up_s + key_value_up_s,
     )

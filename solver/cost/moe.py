@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from solver.cost.comm import all_reduce_s, all_to_all_s, overlapped_exposed_s, tp_link
-from solver.cost.compute import gemm_time_s
+from solver.cost.compute import elementwise_time_s, gemm_time_s
 from solver.cost.flops import (
     layer_expert_parameter_count,
     layer_forward_gemm_flops,
@@ -57,6 +57,8 @@ class MoeMlpCost:
     elementwise_bytes: float  # forward HBM bytes added: wider activation function, permutations
     elementwise_kernels: int
     kept_bytes: float  # activation bytes kept for backward added (wider MLP, dispatched tokens)
+    act_output_bytes: float  # of those, the routed experts' fc2 inputs (what ``moe_act`` recompute drops)
+    act_recompute_s: float  # recomputing the routed experts' activation function in backward
     tp_comm_s: float  # tensor-parallel traffic added (expert-TP gather / scatter of routed tokens)
     ep_comm_s: float  # dispatch + combine, forward and backward: four all-to-alls, on the wire
     parameter_count: int  # this GPU's parameters of the whole MoE layer
@@ -96,9 +98,21 @@ def ep_comm_exposed_s(comm_s: float, layer_compute_s: float, overlap: bool, slow
 
 
 def moe_mlp_cost(
-    model: ModelSpec, cluster: ClusterSpec, precision: Precision, tokens: int, tp_size: int, ep_size: int
+    model: ModelSpec, cluster: ClusterSpec, precision: Precision, tokens: int, tp_size: int, ep_size: int,
+    saved_input_bytes: float = BYTES_16BIT,
 ) -> MoeMlpCost:
-    """The MoE MLP of one layer on one GPU (see the module docstring); ``tokens`` = b * s / cp."""
+    """The MoE MLP of one layer on one GPU (see the module docstring); ``tokens`` = b * s / cp.
+
+    Kept for backward, per token through an expert (Megatron-core ``TEGroupedMLP`` and
+    ``SharedExpertMLP`` at NVIDIA/Megatron-LM 8f1c2f8ae53b4e3f32c0ae7f397d8b38a675eaa2,
+    megatron/core/transformer/moe/experts.py): fc1's input (the dispatched token, h wide), the
+    activation function's input (fc1's output: SwiGLU's gate and up, 2 x 2 bytes per inner
+    element; GELU's 2) and fc2's input (the activation's output). The two GEMM inputs are kept as
+    ``saved_input_bytes`` per element: 2, or the FP8-family copy Transformer Engine's GEMMs keep
+    (``TrainingSpec.low_precision_saved_inputs``). The router's input is the norm output the dense
+    layer already keeps. ``moe_act`` recompute (``act_output_bytes``, ``act_recompute_s``) drops
+    fc2's input and runs the activation again in backward (experts.py
+    ``activation_checkpoint.discard_output_and_register_recompute``)."""
     gpu, t, h = cluster.gpu, tp_size, model.hidden_size
     gate_up = 2 if model.mlp_activation is MlpActivation.SWIGLU else 1
     f, fe, k = model.ffn_hidden_size, model.moe_ffn_hidden_size, model.experts_per_token
@@ -115,9 +129,14 @@ def moe_mlp_cost(
     if shared:
         gemm_s += gemm_time_s(gpu, precision, tokens, gate_up * shared / t, h) + gemm_time_s(gpu, precision, tokens, h, shared / t)
     inner_elements = routed_tokens * fe + tokens * shared  # what the activation function sees, before /t
-    activation_fn = (6 if gate_up == 2 else 4)  # bytes per inner element: as the dense layer's
+    activation_fn = (6 if gate_up == 2 else 4)  # HBM bytes per inner element: as the dense layer's
     elementwise = activation_fn * (inner_elements - tokens * f) / t + PERMUTE_BYTES_PER_ELEMENT * routed_tokens * h
-    kept = activation_fn * (inner_elements - tokens * f) / t + BYTES_16BIT * routed_tokens * h
+    g = saved_input_bytes
+    act_input = 2 * gate_up  # fc1's output, 16 bit: SwiGLU's gate and up, GELU's one
+    # Against the dense MLP's act input and down-projection input (analytic._kept_bytes), which
+    # the MoE MLP replaces; the dense MLP's input (the norm output) stays, as the router's.
+    kept = (act_input + g) * (inner_elements - tokens * f) / t + g * routed_tokens * h + (g * tokens * h if shared else 0)
+    act_output = g * routed_tokens * fe / t
     # The dense MLP's two TP all-reduces of tokens x h become an all-gather and a reduce-scatter
     # of the routed tokens (k x more rows) inside the expert-TP group: the same ring volume.
     link = tp_link(cluster, t)
@@ -131,6 +150,8 @@ def moe_mlp_cost(
         elementwise_bytes=elementwise,
         elementwise_kernels=PERMUTE_KERNELS,
         kept_bytes=kept,
+        act_output_bytes=act_output,
+        act_recompute_s=elementwise_time_s(gpu, activation_fn * routed_tokens * fe / t, kernels=1),
         tp_comm_s=tp_extra,
         ep_comm_s=ep_comm_s(cluster, model, tokens, t, ep_size),
         parameter_count=dense_part // t + expert_local,

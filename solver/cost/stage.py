@@ -182,11 +182,14 @@ def stage_buffer_bytes(largest_layer_parameter_count: float, stage_parameter_cou
     )
 
 
-def extras_activation_bytes(in_flight: float, embedding: LayerProfile | None, head: LayerProfile | None) -> float:
+def extras_activation_bytes(
+    in_flight: float, embedding: LayerProfile | None, head: LayerProfile | None, mode: Recompute = Recompute.NONE
+) -> float:
     """Activations of the embedding (first stage, ``in_flight`` micro-batches of it) and of the
-    head (last stage: it runs one micro-batch at a time, so one micro-batch of logits)."""
+    head (last stage: it runs one micro-batch at a time, so one micro-batch of logits, and of a
+    multi-token-prediction layer's activations, kept as ``mode`` keeps them)."""
     return (in_flight * embedding.activation_bytes if embedding is not None else 0) + (
-        head.activation_bytes if head is not None else 0
+        head.kept_bytes(mode) if head is not None else 0
     )
 
 
@@ -283,7 +286,7 @@ def stage_cost(
         ep_comm_s=sum(layer.ep_comm_s for layer, _ in everything),
     )
     largest = max((layer.parameter_count for layer, _ in everything), default=0)
-    experts = sum(layer.expert_parameter_count for layer, _ in layers)
+    experts = sum(layer.expert_parameter_count for layer, _ in everything)  # a head's MTP layer has experts
     held = stage_state_bytes(params, experts, policy)
     states = gpu_model_states(held, policy.offload, policy.zero_stage)
     # Activation offload sends the checkpoints of fully recomputed layers to the host.
@@ -295,7 +298,7 @@ def stage_cost(
         gradients=states["gradients"],
         optimizer_states=states["optimizer_states"],
         activations=activation_bytes(in_flight, kept, working) + checkpoint_buffer_bytes(max(offloaded, default=0), policy.offload),
-        embedding_and_logits=extras_activation_bytes(in_flight, embedding, head),
+        embedding_and_logits=extras_activation_bytes(in_flight, embedding, head, base),
         zero3_gather_buffers=stage_buffer_bytes(largest, params, policy),
     )
     memory = StageMemory(**allocated, reserve=reserve_bytes(sum(allocated.values())))

@@ -213,6 +213,8 @@ def partition_problem(
     policy = StagePolicy.of(gpu, parallel, training, num_micro_batches)
     embedding, head = profile.embedding, profile.head
     state_per_param = state_bytes_per_parameter(parallel, training)
+    # Routed experts' states shard over fewer ranks than the rest (stage.stage_state_bytes).
+    expert_state_per_param = expert_state_bytes_per_parameter(parallel, training)
     in_flight = tuple(in_flight_micro_batches(stage, pp, v, num_micro_batches) for stage in range(pp))
     allocatable = allocatable_bytes(usable_bytes)
 
@@ -253,18 +255,17 @@ def partition_problem(
             continue
         extras = [layer for layer, here in ((embedding, first_stage), (head, last_stage)) if layer is not None and here]
         fixed = gather_buffers + extras_activation_bytes(
-            in_flight[stage], embedding if first_stage else None, head if last_stage else None
+            in_flight[stage], embedding if first_stage else None, head if last_stage else None, policy.base_recompute
         )
         extra_params = sum(layer.parameter_count for layer in extras)
-        extra_time.append(_ns(sum(layer.time_s(Recompute.NONE) for layer in extras) + launch_s + accumulation_s(extra_params)))
-        state = _kib(state_per_param * extra_params)
+        extra_experts = sum(layer.expert_parameter_count for layer in extras)  # a head's MTP layer has experts
+        extra_time.append(_ns(sum(layer.time_s(policy.base_recompute) for layer in extras) + launch_s + accumulation_s(extra_params)))
+        state = _kib(state_per_param * (extra_params - extra_experts) + expert_state_per_param * extra_experts)
         extra_state.append(state)
         budget.append(int(math.floor((allocatable - fixed) / KIB_BYTES)) - state - base_working_kib)
         if not (first_stage or last_stage):
             middle = (extra_time[-1], state, budget[-1])
 
-    # Routed experts' states shard over fewer ranks than the rest (stage.stage_state_bytes).
-    expert_state_per_param = expert_state_bytes_per_parameter(parallel, training)
     first = params[0] if params else 0
     if any(experts):
         state_kib = tuple(_kib(state_per_param * (p - e) + expert_state_per_param * e) for p, e in zip(params, experts))

@@ -52,6 +52,15 @@ class ModelSpec:
     ``q_lora_rank`` when above 0); each head has a ``qk_head_dim`` + ``qk_rope_head_dim`` query and
     key and a ``v_head_dim`` value. It changes the attention's weights and FLOPs, its projection
     GEMMs, the width its heads score and weigh with, and the K and V kept (``solver.cost.mla``).
+
+    Multi-token prediction (DeepSeek-V3 Sec 2.2, arXiv 2412.19437): ``mtp_num_layers`` modules
+    after the last layer, each predicting one token further: the embedding of the shifted tokens
+    and the previous depth's hidden state, each RMS-normalised, concatenated and projected from
+    2h to h, one transformer layer (the kind layer ``num_layers`` would be), a final norm, and the
+    model's output head and loss again (DeepSeek-V3: 1; Megatron-core ``mtp_num_layers``). They
+    train beside the main model and are dropped for inference, so the parameter counts
+    (``solver.cost.flops.total_parameter_count``, 671B) leave them out and
+    ``flops.mtp_parameter_count`` counts them (11.5B).
     """
 
     name: str
@@ -81,6 +90,8 @@ class ModelSpec:
     qk_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # Multi-token prediction modules trained beside the model (0: none).
+    mtp_num_layers: int = 0
 
     def __post_init__(self) -> None:
         for field in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length"):
@@ -110,6 +121,11 @@ class ModelSpec:
         object.__setattr__(self, "position_embedding", PositionEmbedding(self.position_embedding))
         self._check_experts()
         self._check_latent_attention()
+        value = self.mtp_num_layers
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise SpecError("model.mtp_num_layers", f"must be a non-negative integer, got {value!r}")
+        if value and self.architecture is not Architecture.DECODER:
+            raise SpecError("model.mtp_num_layers", "multi-token prediction needs a decoder (it predicts further next tokens)")
 
     def _check_latent_attention(self) -> None:
         """MLA's fields: non-negative; with kv_lora_rank > 0 the head widths are required, without

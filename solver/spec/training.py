@@ -88,6 +88,23 @@ class SelectiveRecompute(str, Enum):
     OP = "op"
 
 
+class RecomputeModule(str, Enum):
+    """A submodule Megatron-core's selective recomputation recomputes (``--recompute-granularity
+    selective --recompute-modules``; megatron/core/transformer/transformer_config.py
+    ``recompute_modules`` at NVIDIA/Megatron-LM 8f1c2f8ae53b4e3f32c0ae7f397d8b38a675eaa2, the
+    commit Megatron-Bridge df0289c pins). What each drops from a layer's kept activations and adds
+    to its backward is in ``solver.cost.analytic`` (``_module_recompute``), ``solver.cost.mla`` and
+    ``solver.cost.moe``. Read only where ``TrainingSpec.selective_recompute`` is ATTENTION (the
+    Megatron-style stacks) and the layer is recomputed selectively.
+    """
+
+    CORE_ATTN = "core_attn"  # the attention core: its score tensors (none with a fused kernel); Megatron's default
+    MLA_UP_PROJ = "mla_up_proj"  # MLA's Q and K/V up projections and RoPE (output-discarding checkpoint)
+    LAYERNORM = "layernorm"  # the input and pre-MLP norms' outputs (output-discarding checkpoint)
+    MLP = "mlp"  # a dense layer's MLP, from its input (normal checkpoint; not MoE layers)
+    MOE_ACT = "moe_act"  # the routed experts' activation function (output-discarding checkpoint)
+
+
 class ZeroStage(IntEnum):
     NONE = 0
     OS = 1  # optimizer states sharded over data parallel ranks
@@ -169,6 +186,9 @@ class TrainingSpec:
     # ``--overlap-moe-expert-parallel-comm``, 0.14+, off by default; DeepSeek-V3's DualPipe, arXiv
     # 2412.19437 Sec 3.2.1) or on the compute stream, waited for (False). Dense layers are untouched.
     ep_comm_overlap: bool = False
+    # What selective recomputation recomputes in a Megatron-style stack (``RecomputeModule``);
+    # Megatron-core's default is the attention core alone, Korthikanti et al.'s selective mode.
+    recompute_modules: tuple[RecomputeModule, ...] = (RecomputeModule.CORE_ATTN,)
 
     def __post_init__(self) -> None:
         check_positive_int("training.global_batch_size", self.global_batch_size)
@@ -179,6 +199,13 @@ class TrainingSpec:
         object.__setattr__(self, "selective_recompute", SelectiveRecompute(self.selective_recompute))
         object.__setattr__(self, "grad_reduce", GradReduce(self.grad_reduce))
         object.__setattr__(self, "loss_dtype", LossDtype(self.loss_dtype))
+        try:
+            modules = tuple(sorted({RecomputeModule(m) for m in self.recompute_modules}, key=list(RecomputeModule).index))
+        except (TypeError, ValueError):
+            raise SpecError(
+                "training.recompute_modules", f"must list some of {', '.join(m.value for m in RecomputeModule)}, got {self.recompute_modules!r}"
+            ) from None
+        object.__setattr__(self, "recompute_modules", modules)
         if not 0.0 <= self.host_s_per_layer <= HOST_S_PER_LAYER_MAX:
             raise SpecError("training.host_s_per_layer", f"must be between 0 and {HOST_S_PER_LAYER_MAX:g} s, got {self.host_s_per_layer!r}")
         if self.train_tokens is not None and not 0 < self.train_tokens <= TRAIN_TOKENS_MAX:
