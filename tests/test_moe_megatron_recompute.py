@@ -31,7 +31,10 @@ def _cluster():
 
 def _training(precision: str = "mxfp8", modules: tuple[str, ...] = ("core_attn",)) -> TrainingSpec:
     facts = catalog.get_stack_facts("megatron-core-2024")
-    return TrainingSpec(global_batch_size=64, seq_length=TOKENS, precision=precision, recompute_modules=modules, **facts)
+    return TrainingSpec(
+        global_batch_size=64, seq_length=TOKENS, precision=Precision(precision),
+        recompute_modules=tuple(RecomputeModule(m) for m in modules), **facts,
+    )
 
 
 def _layers(model, training):
@@ -127,7 +130,7 @@ def test_recompute_modules_are_megatron_cores_names():
     assert [m.value for m in RecomputeModule] == ["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act"]
     assert TrainingSpec(8, 128).recompute_modules == (RecomputeModule.CORE_ATTN,)
     with pytest.raises(SpecError, match="training.recompute_modules"):
-        TrainingSpec(8, 128, recompute_modules=("attention",))
+        TrainingSpec(8, 128, recompute_modules=("attention",))  # type: ignore[arg-type]
 
 
 def test_bench_runs_say_which_modules_they_recompute_and_whether_they_train_mtp():
