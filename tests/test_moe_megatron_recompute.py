@@ -130,7 +130,7 @@ def test_recompute_modules_are_megatron_cores_names():
     assert [m.value for m in RecomputeModule] == ["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act"]
     assert TrainingSpec(8, 128).recompute_modules == (RecomputeModule.CORE_ATTN,)
     with pytest.raises(SpecError, match="training.recompute_modules"):
-        TrainingSpec(8, 128, recompute_modules=("attention",))  # type: ignore[arg-type]
+        TrainingSpec(8, 128, recompute_modules=("attention",))
 
 
 def test_bench_runs_say_which_modules_they_recompute_and_whether_they_train_mtp():
