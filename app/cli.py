@@ -3,7 +3,7 @@ and catalog questions without a server (the same JSON in and out as the API), an
 stored plan as a framework's launch config.
 
 The profiler's commands (``profile``, ``compare-profile``, ``calibrate``, ``import-pipedream``)
-are added by ``profiler.cli.register``; their parsers set ``handler=callable(args) -> exit code``
+are added by ``profiler.commands.register``; their parsers set ``handler=callable(args) -> exit code``
 with ``set_defaults`` (torch is imported only when one of them runs). Each command imports the
 service modules it needs (database, solver pool, uvicorn) when it runs, so a command that needs
 none of them starts without loading them; none of these imports avoids an import circle.
@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy.exc import SQLAlchemyError
 
 from app.core.config import Settings, SettingsError
 from app.core.problems import Problem, validation_errors
 from app.core.solver_pool import RETRY_AFTER_MAX_S
-from profiler.cli import register as register_profiler_commands
+from profiler.commands import register as register_profiler_commands
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -170,17 +169,26 @@ def _command_db(args: argparse.Namespace, settings: Settings, out: IO[str]) -> i
 
 
 def _command_plan(args: argparse.Namespace, settings: Settings, out: IO[str], stdin: IO[str]) -> int:
-    from app.core.metrics import Metrics
-    from app.core.solver_pool import InlineSolver
     from app.core.versions import current_versions
-    from app.plans import service
     from app.plans.schemas import PlanRequest
 
     body = _parse(PlanRequest, _read_body(args.file, stdin))
-    with _database(settings, args.db) as (settings, session):
-        outcome = service.create_plan(session, InlineSolver(), Metrics(), settings, current_versions(), body)
-        session.commit()
-    _write_json(out, outcome.document.model_dump(mode="json"))  # as the API writes it (created_at in ISO 8601)
+    if not args.db:
+        # Nothing is stored and nothing stored is read: the plan is computed without a database,
+        # and neither SQLAlchemy nor a scratch database is loaded (most of a CLI plan's time).
+        from app.plans import answer
+
+        document = answer.plan_unstored(settings, current_versions(), body)
+    else:
+        from app.core.metrics import Metrics
+        from app.core.solver_pool import InlineSolver
+        from app.plans import service
+
+        with _database(settings, args.db) as (settings, session):
+            outcome = service.create_plan(session, InlineSolver(), Metrics(), settings, current_versions(), body)
+            session.commit()
+        document = outcome.document
+    _write_json(out, document.model_dump(mode="json"))  # as the API writes it (created_at in ISO 8601)
     return 0
 
 
@@ -435,9 +443,18 @@ def main(
     except OSError as error:
         err.write(f"partitura: {error}\n")
         return EXIT_FAILURE
-    except SQLAlchemyError as error:
+    except Exception as error:
+        if not _is_database_error(error):
+            raise
         err.write(f"partitura: database error ({type(error).__name__}); is DATABASE_URL migrated? run `partitura db upgrade`\n")
         return EXIT_FAILURE
+
+
+def _is_database_error(error: Exception) -> bool:
+    """Whether ``error`` is SQLAlchemy's. SQLAlchemy is imported only by commands that open a
+    database, and an error of it can only come from one that has."""
+    exc = sys.modules.get("sqlalchemy.exc")
+    return exc is not None and isinstance(error, exc.SQLAlchemyError)
 
 
 if __name__ == "__main__":

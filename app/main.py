@@ -18,7 +18,8 @@ from app.core.limits import BodyLimitMiddleware, JsonOnlyMiddleware
 from app.core.metrics import Metrics
 from app.core.migrate import head_revision
 from app.core.openapi import AUTH_RESPONSES
-from app.core.problems import PROBLEM_MEDIA_TYPE, install_handlers
+from app.core.problem_handlers import install_handlers
+from app.core.problems import PROBLEM_MEDIA_TYPE
 from app.core.single_flight import SingleFlight
 from app.core.solver_pool import SolverPool
 from app.core.versions import current_versions

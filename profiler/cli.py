@@ -1,8 +1,7 @@
-"""``partitura profile``, ``partitura calibrate`` and ``partitura import-pipedream``.
-
-``register(subparsers)`` adds both commands to the service CLI's argparse sub-parsers; each sets
-``handler`` to a callable taking the parsed namespace and returning an exit status. torch is imported
-only when a command runs, so the CLI stays usable without the ``profile`` extra.
+"""``partitura profile``, ``partitura compare-profile``, ``partitura calibrate`` and
+``partitura import-pipedream``: the handlers, each taking the parsed namespace and returning an
+exit status. Their parsers are declared in ``profiler.commands``. torch is imported only when a
+command runs, so the CLI stays usable without the ``profile`` extra.
 """
 
 from __future__ import annotations
@@ -13,9 +12,9 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 from catalog import CatalogError, get_cluster, get_gpu, get_model, list_entries
+from profiler.commands import register
 from profiler.compare import compare_to_analytic, comparison_table
 from profiler.pipedream import import_pipedream
 from solver.io.profile_format import model_from_dict, parse_profile_document, profile_document
@@ -26,79 +25,6 @@ from solver.spec.training import Precision
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
 UPLOAD_TIMEOUT_S = 60.0
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``profile``, ``calibrate`` and ``import-pipedream`` sub-commands. (Long but flat:
-    one argparse declaration per option, read as the commands' reference.)"""
-    profile = subparsers.add_parser(
-        "profile", help="measure a model's per-layer profile with PyTorch (needs the profile extra)",
-        description="Time forward and backward of each layer of a model on this machine and write a "
-        "partitura-profile/1 document.",
-    )
-    profile.add_argument("--model", required=True, help="catalog model name, or a JSON file with a model spec")
-    profile.add_argument("--micro-batch-size", type=int, default=1)
-    profile.add_argument("--seq-length", type=int, default=None, help="default: the model's sequence length")
-    profile.add_argument("--tp-size", type=int, default=1, help="measure one GPU's share of a TP group of this size")
-    profile.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda when available)")
-    profile.add_argument("--precision", default="bf16", choices=["bf16", "fp16"])
-    profile.add_argument("--no-flash-attention", action="store_true", help="materialise attention scores")
-    profile.add_argument("--warmup", type=int, default=3)
-    profile.add_argument("--repeats", type=int, default=10)
-    profile.add_argument("--threads", type=int, default=None, help="CPU threads for torch (CPU runs)")
-    profile.add_argument(
-        "--statistic", default="median", choices=["median", "min"],
-        help="how repeats are summarised (min: for noisy shared hosts)",
-    )
-    profile.add_argument("--output", "-o", default=None, help="file to write (default: standard output)")
-    profile.add_argument("--upload", default=None, metavar="URL", help="POST the profile to URL/v1/profiles")
-    profile.add_argument(
-        "--compare-cluster", default=None, metavar="CLUSTER",
-        help="also print measured vs analytic per layer for this catalog cluster (standard error)",
-    )
-    profile.set_defaults(handler=run_profile)
-
-    compare = subparsers.add_parser(
-        "compare-profile", help="measured vs analytic per layer for a profile document",
-        description="Print each layer's measured and analytic forward/backward time and activation bytes.",
-    )
-    compare.add_argument("profile", help="a partitura-profile/1 document")
-    compare.add_argument("--cluster", required=True, help="catalog cluster whose GPU the analytic model assumes")
-    compare.set_defaults(handler=run_compare)
-
-    calibrate = subparsers.add_parser(
-        "calibrate", help="measure GEMM efficiency and memory bandwidth; write a catalog override",
-        description="Run a GEMM sweep and a bandwidth probe on the local device and write the gpus.json "
-        "keys (gemm_efficiency, gemm_saturation_dim, hbm_efficiency) for its GPU type.",
-    )
-    calibrate.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda when available)")
-    calibrate.add_argument("--gpu", default=None, help="catalog GPU name (default: matched from the device name)")
-    calibrate.add_argument("--peak-tflops", type=float, default=None, help="dense peak, for a device not in the catalog")
-    calibrate.add_argument("--hbm-gbytes-per-s", type=float, default=None, help="memory bandwidth, same case")
-    calibrate.add_argument("--precision", action="append", choices=["bf16", "fp16"], default=None)
-    calibrate.add_argument("--warmup", type=int, default=3)
-    calibrate.add_argument("--repeats", type=int, default=10)
-    calibrate.add_argument("--threads", type=int, default=None, help="CPU threads for torch (CPU runs)")
-    calibrate.add_argument("--output", "-o", default=None, help="file to write (default: standard output)")
-    calibrate.set_defaults(handler=run_calibrate)
-
-    pipedream = subparsers.add_parser(
-        "import-pipedream", help="convert a PipeDream profiler graph.txt into a profile document",
-        description="Group a PipeDream graph's nodes into the model's layers (embedding, transformer layers, "
-        "head) and write a partitura-profile/1 document (times converted from ms to s).",
-    )
-    pipedream.add_argument("graph", help="PipeDream profiler output (graph.txt)")
-    pipedream.add_argument("--model", required=True, help="catalog model name, or a JSON file with a model spec")
-    pipedream.add_argument("--micro-batch-size", type=int, required=True, help="the batch size PipeDream profiled")
-    pipedream.add_argument("--precision", required=True, choices=["bf16", "fp16", "fp8"], help="precision to plan with")
-    pipedream.add_argument(
-        "--nodes-per-layer", default=None,
-        help="comma-separated node counts per layer in topological order (num_layers + 2 entries)",
-    )
-    pipedream.add_argument("--device", default="unknown (PipeDream import)", help="the GPU PipeDream ran on")
-    pipedream.add_argument("--output", "-o", default=None, help="file to write (default: standard output)")
-    pipedream.add_argument("--upload", default=None, metavar="URL", help="POST the profile to URL/v1/profiles")
-    pipedream.set_defaults(handler=run_import_pipedream)
 
 
 def load_model(reference: str):

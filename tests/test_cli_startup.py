@@ -1,5 +1,7 @@
-"""`partitura plan` starts fast and prints what the API answers (issue 17): the scratch database
-is copied from a migrated one cached per set of migrations, and the document is the API's JSON."""
+"""`partitura plan` starts fast and prints what the API answers (issue 17): without ``--db`` it
+plans without a database (neither SQLAlchemy nor FastAPI is loaded) and prints the document the
+service would store; the other commands' scratch database is copied from a migrated one cached
+per set of migrations; the document is the API's JSON."""
 
 from __future__ import annotations
 
@@ -23,6 +25,12 @@ PLAN = {
     "constraints": {"tp_size": [1, 2]},
     "top_k": 2,
 }
+EVALUATION = {
+    "model": "gpt3-350m", "cluster": "dgx-a100-80gb-x1", "training": {"global_batch_size": 64, "seq_length": 2048},
+    "parallel": {"dp_size": 8, "tp_size": 1, "micro_batch_size": 1},
+}
+# Search statistics that measure this run, not the plan.
+TIMINGS = {"wall_time_s", "cpu_time_s"}
 
 
 def run(argv: list[str], env: dict[str, str] | None = None, stdin: str = "") -> tuple[int, str, str]:
@@ -52,7 +60,7 @@ def test_plan_prints_the_document_the_api_answers(tmp_path):
 
 def test_the_scratch_database_is_migrated_once_and_copied(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    first = run(["plan", "-"], stdin=json.dumps(PLAN))
+    first = run(["evaluate", "-"], stdin=json.dumps(EVALUATION))
     assert first[0] == 0, first[2]
     templates = list((tmp_path / "cache" / "partitura").glob("scratch-*.db"))
     assert len(templates) == 1 and not list((tmp_path / "cache" / "partitura").glob("*.tmp"))
@@ -61,11 +69,44 @@ def test_the_scratch_database_is_migrated_once_and_copied(tmp_path, monkeypatch)
         raise AssertionError("the cached scratch database was migrated again")
 
     monkeypatch.setattr(migrate, "upgrade", no_migrations)
-    second = run(["plan", "-"], stdin=json.dumps(PLAN))
+    second = run(["evaluate", "-"], stdin=json.dumps(EVALUATION))
     assert second[0] == 0, second[2]
-    # A scratch database each time: the same request is planned afresh, not found stored.
-    assert json.loads(second[1])["id"] != json.loads(first[1])["id"]
-    assert json.loads(second[1])["candidates"] == json.loads(first[1])["candidates"]
+    assert json.loads(second[1]) == json.loads(first[1])
+
+
+def _without_timings(plan: dict) -> dict:
+    return {**plan, "search": {k: v for k, v in plan["search"].items() if k not in TIMINGS}}
+
+
+@pytest.mark.parametrize("request_body", [
+    PLAN,
+    # A choosing request: the batch size from the critical batch (issue 15), its table stored beside the plan.
+    {**PLAN, "objective": "min_time_to_train", "critical_batch": {"min_tokens": 2e9, "noise_scale_tokens": 2e5}},
+], ids=["plain", "critical-batch"])
+def test_plan_without_a_database_is_the_plan_the_service_stores(request_body, tmp_path):
+    """Without --db the plan is computed without a database; every field but its new id and
+    creation time (and the search's own timings) equals what --db stores and answers."""
+    env = {"DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
+    assert run(["db", "upgrade"], env=env)[0] == 0
+    code, stored, err = run(["plan", "-", "--db"], env=env, stdin=json.dumps(request_body))
+    assert code == 0, err
+    code, unstored, err = run(["plan", "-"], stdin=json.dumps(request_body))
+    assert code == 0, err
+    stored_plan, unstored_plan = json.loads(stored), json.loads(unstored)
+    assert unstored_plan["id"] != stored_plan["id"]
+    assert unstored_plan["created_at"].endswith("Z")
+    for plan in (stored_plan, unstored_plan):
+        del plan["id"], plan["created_at"]
+    assert _without_timings(unstored_plan) == _without_timings(stored_plan)
+    assert unstored_plan["status"] == "succeeded" and unstored_plan["candidates"]
+
+
+def test_plan_without_a_database_has_no_measured_profiles():
+    code, _, err = run(["plan", "-"], stdin=json.dumps({**PLAN, "profile_id": "0123456789abcdef"}))
+    assert code == 2
+    problem = json.loads(err)
+    assert problem["errors"][0]["field"] == "body.profile_id"
+    assert "--db" in problem["errors"][0]["reason"]
 
 
 def test_without_a_writable_cache_the_scratch_database_is_migrated_in_place(tmp_path, monkeypatch):
@@ -90,21 +131,21 @@ def test_a_changed_migration_is_a_new_scratch_database(tmp_path):
 
 @pytest.mark.parametrize("command", [["plan", "-"], ["evaluate", "-"]])
 def test_start_up_loads_no_alembic_once_cached(command, tmp_path):
-    """In a fresh interpreter, a second plan or evaluation imports neither Alembic nor a migration."""
+    """In a fresh interpreter, a second plan or evaluation imports neither Alembic nor a
+    migration; a plan without --db imports neither SQLAlchemy nor FastAPI nor the profiler."""
     import subprocess
     import sys
 
     env = {"XDG_CACHE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    body = PLAN if command[0] == "plan" else {
-        "model": "gpt3-350m", "cluster": "dgx-a100-80gb-x1", "training": {"global_batch_size": 64, "seq_length": 2048},
-        "parallel": {"dp_size": 8, "tp_size": 1, "micro_batch_size": 1},
-    }
+    body = PLAN if command[0] == "plan" else EVALUATION
     probe = (
         "import sys; from app import cli; code = cli.main(sys.argv[1:]);"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'), file=sys.stderr); sys.exit(code)"
+        "print(sorted(m for m in ('alembic', 'sqlalchemy', 'fastapi', 'starlette', 'profiler.cli') if m in sys.modules),"
+        " file=sys.stderr); sys.exit(code)"
     )
     for _ in range(2):
         done = subprocess.run([sys.executable, "-c", probe, *command], input=json.dumps(body), env=env,
                               capture_output=True, text=True, timeout=120, cwd=Path(cli.__file__).parents[1])
         assert done.returncode == 0, done.stderr
-    assert done.stderr.strip().splitlines()[-1] == "[]"
+    loaded = done.stderr.strip().splitlines()[-1]
+    assert loaded == ("[]" if command[0] == "plan" else "['sqlalchemy']")

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from app import cli
-from app.plans import service
+from app.plans import answer
 from app.plans.schemas import PlanRequest
 from conftest import assert_problem, error_fields
 
@@ -135,8 +135,8 @@ def test_a_single_cluster_request_normalises_as_before():
     critical_batch has exactly the keys it had before either existed (checked by hand: the hash
     of such a request is the same at ba2b557 and 8b316d4)."""
     body = multi_body(cluster="dgx-a100-80gb-x1")
-    request = service.normalise(PlanRequest.model_validate(body), 30.0, 8)
+    request = answer.normalise(PlanRequest.model_validate(body), 30.0, 8)
     assert sorted(request) == ["cluster", "constraints", "model", "num_gpus", "objective", "time_budget_s", "top_k", "training"]
     assert request["cluster"] == "dgx-a100-80gb-x1" and request["num_gpus"] == 8
-    several = service.normalise(PlanRequest.model_validate(multi_body()), 30.0, None)
+    several = answer.normalise(PlanRequest.model_validate(multi_body()), 30.0, None)
     assert several["cluster"] == CLUSTERS and "num_gpus" not in several

@@ -6,8 +6,10 @@ import os
 from dataclasses import dataclass
 from typing import Literal, Mapping
 
-from app.core.db import DEFAULT_DATABASE_TIMEOUT_S
-
+# Seconds a Postgres connection may take to open, and a request may wait for a pooled one, before
+# the request is answered 503: a database that accepts connections and never answers must not
+# hang the API (libpq counts whole seconds and treats less than 2 as 2).
+DEFAULT_DATABASE_TIMEOUT_S = 5.0
 DEFAULT_DATABASE_URL = "sqlite:///./partitura.db"
 # Large enough for a measured profile of a 1,024-layer model (about 300 bytes a layer) many times
 # over; a plan or evaluation request is a few kilobytes.

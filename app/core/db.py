@@ -16,6 +16,8 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
+from app.core.config import DEFAULT_DATABASE_TIMEOUT_S
+
 # Stable, predictable constraint names so that migrations can address them on every backend
 # (https://alembic.sqlalchemy.org/en/latest/naming.html).
 NAMING_CONVENTION = {
@@ -28,10 +30,6 @@ NAMING_CONVENTION = {
 
 # Seconds a SQLite connection waits for another writer before giving up.
 SQLITE_BUSY_TIMEOUT_S = 30.0
-# Seconds a Postgres connection may take to open, and a request may wait for a pooled one, before
-# the request is answered 503: a database that accepts connections and never answers must not
-# hang the API (libpq counts whole seconds and treats less than 2 as 2).
-DEFAULT_DATABASE_TIMEOUT_S = 5.0
 # A statement may run this many times that long before Postgres cancels it.
 STATEMENT_TIMEOUT_FACTOR = 6
 

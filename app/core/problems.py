@@ -3,28 +3,21 @@
 Every error the service answers has ``type``, ``title``, ``status`` and ``detail``; a 422 adds
 ``errors``: one ``{"field", "reason"}`` per bad field, the field a dotted path from the request
 (``body.model.hidden_size``, ``query.limit``); a 404 adds ``suggestions`` (close names).
+
+This module is the documents alone, free of FastAPI and SQLAlchemy, so the command line and the
+solver-side services raise them without loading the web stack; ``app.core.problem_handlers``
+answers them over HTTP.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any
-
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from sqlalchemy.exc import InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
 
 from solver.spec.errors import SpecError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 PROBLEM_TYPE_BASE = "urn:partitura:problem:"
-
-logger = logging.getLogger("partitura.errors")
 
 # What a problem document quotes back is clipped: a 10 MB value in a request must not come back
 # doubled in the error. Enough for any real field path, reason or name.
@@ -101,15 +94,6 @@ def not_found(kind: str, name: str, suggestions: list[str] | None = None) -> Pro
     )
 
 
-def problem_response(problem: Problem, request: Request | None = None) -> JSONResponse:
-    return JSONResponse(
-        problem.to_dict(instance=request.url.path if request is not None else None),
-        status_code=problem.status,
-        media_type=PROBLEM_MEDIA_TYPE,
-        headers=problem.headers or None,
-    )
-
-
 # Pydantic adds the union member's name to an error's location (``model.ModelSpecIn.hidden_size``);
 # these are not fields of the request and are dropped from the reported path.
 def _is_union_tag(part: Any) -> bool:
@@ -178,64 +162,3 @@ def unreadable_body(cause: BaseException | None) -> Problem | None:
     if isinstance(cause, RecursionError):
         return invalid_field("body", "nests arrays or objects deeper than the service reads")
     return None
-
-
-HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
-
-
-def allowed_methods(app: FastAPI, request: Request) -> list[str]:
-    """Every method some route answers at the request's path. Starlette's 405 names only the
-    first route that matches the path (``/v1/plans`` answers GET and POST from two routes)."""
-    return [
-        method
-        for method in HTTP_METHODS
-        if any(route.matches({**request.scope, "method": method})[0] is Match.FULL for route in app.router.routes)
-    ]
-
-
-def install_handlers(app: FastAPI) -> None:
-    @app.exception_handler(Problem)
-    async def _problem(request: Request, problem: Problem) -> JSONResponse:
-        return problem_response(problem, request)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation(request: Request, error: RequestValidationError) -> JSONResponse:
-        errors = validation_errors(list(error.errors()))
-        detail = "; ".join(f"{e['field']}: {e['reason']}" for e in errors) or "the request is invalid"
-        problem = Problem(422, "Invalid request", detail, slug="invalid-request", errors=errors)
-        return problem_response(problem, request)
-
-    @app.exception_handler(SpecError)
-    async def _spec(request: Request, error: SpecError) -> JSONResponse:
-        return problem_response(from_spec_error(error, "body"), request)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, error: StarletteHTTPException) -> JSONResponse:
-        if error.status_code == 400 and (unreadable := unreadable_body(error.__cause__)) is not None:
-            return problem_response(unreadable, request)
-        title = {404: "Not found", 405: "Method not allowed"}.get(error.status_code, "Error")
-        detail = str(error.detail)
-        if error.status_code == 404 and detail == "Not Found":
-            detail = f"no resource at {request.url.path}"
-        headers = dict(error.headers or {})
-        if error.status_code == 405:
-            headers["Allow"] = ", ".join(allowed_methods(app, request))
-        problem = Problem(error.status_code, title, detail, headers=headers)
-        return problem_response(problem, request)
-
-    @app.exception_handler(OperationalError)
-    @app.exception_handler(InterfaceError)
-    @app.exception_handler(PoolTimeoutError)
-    async def _database_down(request: Request, error: Exception) -> JSONResponse:
-        logger.warning("database unavailable on %s %s: %s", request.method, request.url.path, getattr(error, "orig", error))
-        problem = Problem(
-            503, "Database unavailable", "the database did not answer; retry shortly", slug="database-unavailable",
-            headers={"Retry-After": "5"},
-        )
-        return problem_response(problem, request)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, error: Exception) -> JSONResponse:
-        logger.exception("unhandled error on %s %s", request.method, request.url.path)
-        problem = Problem(500, "Internal error", "the service failed; the error is logged", slug="internal")
-        return problem_response(problem, request)

@@ -13,9 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.orm import Session
-
-from app.catalog.service import Resolved, resolve
+from app.catalog.resolve import CustomEntries, Resolved, resolve
 from app.core.problems import Problem, from_spec_error, invalid_field
 from app.plans import schemas
 from solver.batch.choose import BatchChoice, BatchRequest, candidate_batches
@@ -81,27 +79,27 @@ def _batch_request(body: schemas.PlanRequest) -> BatchRequest | None:
     return BatchRequest(noise, sizes)
 
 
-def _resolve_named(session: Session, body: schemas.PlanRequest, index: int, name: str) -> Resolved:
+def _resolve_named(custom: CustomEntries, body: schemas.PlanRequest, index: int, name: str) -> Resolved:
     try:
-        return resolve(session, body.model, name, body.num_gpus)
+        return resolve(custom, body.model, name, body.num_gpus)
     except Problem as problem:
         if problem.status == 422 and problem.errors and problem.errors[0]["field"] == "body.cluster":
             raise invalid_field(f"body.cluster.{index}", problem.errors[0]["reason"], problem.suggestions) from None
         raise
 
 
-def resolve_first(session: Session, body: schemas.PlanRequest) -> Resolved:
+def resolve_first(custom: CustomEntries, body: schemas.PlanRequest) -> Resolved:
     """The request's cluster resolved, or the first of its list (a 422 naming ``body.cluster.0``
     if unknown); a list with a measured profile is a 422 naming ``body.profile_id``."""
     if not isinstance(body.cluster, list):
-        return resolve(session, body.model, body.cluster, body.num_gpus)
+        return resolve(custom, body.model, body.cluster, body.num_gpus)
     if body.profile_id is not None:
         raise invalid_field("body.profile_id", "a measured profile is of one GPU type: name one cluster to plan from it")
-    return _resolve_named(session, body, 0, body.cluster[0])
+    return _resolve_named(custom, body, 0, body.cluster[0])
 
 
 def prepare(
-    session: Session, body: schemas.PlanRequest, single: Resolved, build: Callable[[Resolved], SearchRequest]
+    custom: CustomEntries, body: schemas.PlanRequest, single: Resolved, build: Callable[[Resolved], SearchRequest]
 ) -> Prepared:
     """Resolve and check a choosing request; ``single`` is the request's one cluster already
     resolved (with its measured profile), used when it names one cluster."""
@@ -110,7 +108,7 @@ def prepare(
         return Prepared((single.cluster.name,), (single,), (build(single),), batch, several=False)
     if len(set(body.cluster)) != len(body.cluster):
         raise invalid_field("body.cluster", "a cluster is named twice")
-    resolved = (single, *(_resolve_named(session, body, i, name) for i, name in enumerate(body.cluster) if i > 0))
+    resolved = (single, *(_resolve_named(custom, body, i, name) for i, name in enumerate(body.cluster) if i > 0))
     requests = []
     for index, item in enumerate(resolved):
         try:

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -14,7 +11,8 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.catalog.service import Resolved
+from app.catalog.resolve import Resolved
+from app.catalog.service import SessionEntries
 from app.core.config import Settings
 from app.core.db import utc_now
 from app.core.metrics import Metrics
@@ -24,13 +22,12 @@ from app.core.problems import Problem, from_spec_error, invalid_field, not_found
 from app.core.single_flight import SingleFlight
 from app.core.solver_pool import InlineSolver, SolverPool, SolverSaturated, SolverUnavailable
 from app.core.versions import Versions
-from app.evaluations.service import check_num_gpus, error_band, resolve_training, training_spec
-from app.plans import choice, repository, schemas
+from app.evaluations.training import training_spec
+from app.plans import answer, choice, repository, schemas
 from app.plans.models import Plan, PlanCandidate
 from app.profiles.service import measured_profile
 from catalog.conversion import cluster_spec_on_gpu, gpu_spec_from_dict, model_spec_from_dict
 from solver.cost.evaluate import evaluate
-from solver.cost.profile import ModelProfile
 from solver.frameworks import (
     FRAMEWORK_RULES,
     Export,
@@ -42,12 +39,17 @@ from solver.frameworks import (
 )
 from solver.io.profile_format import parse_profile_document, profile_document
 from solver.search.loop import search
-from solver.search.request import Constraints, Objective, SearchRequest
+from solver.search.request import SearchRequest
 from solver.spec.errors import SpecError
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import parallel_from_dict, parallel_to_dict
 
 MAX_PAGE_SIZE = 100
+# The plan's columns its document is built from (answer.document).
+PLAN_DOCUMENT_COLUMNS = (
+    "id", "created_at", "status", "timed_out", "request", "search_stats", "explanation", "catalog_snapshot",
+    "solver_version", "ortools_version",
+)
 
 
 def _nothing_to_release() -> None:
@@ -62,126 +64,20 @@ class PlanOutcome:
     release: Callable[[], None] = _nothing_to_release
 
 
-def normalise(body: schemas.PlanRequest, time_budget_s: float, cluster_num_gpus: int | None) -> dict[str, Any]:
-    """The request with defaults filled in and unset options dropped: equal requests are equal
-    documents, whatever optional fields the client spelled out. A request that leaves
-    ``num_gpus`` out plans on every GPU of the cluster unless a ``num_gpus`` constraint or the
-    min_gpus objective asks for a range, so it is written with that count, as one that names it
-    (``cluster_num_gpus`` None: the request names several clusters, each planned on all its GPUs)."""
-    request = body.model_dump(mode="json", exclude_none=True)
-    # The stack and every fact it sets, written out: the stored plan says what it assumed, and a
-    # request naming the default stack equals one that leaves it out.
-    request["training"] = resolve_training(body.training).model_dump(mode="json", exclude_none=True)
-    request["time_budget_s"] = time_budget_s
-    request.setdefault("constraints", {})
-    if cluster_num_gpus is None:
-        return request
-    if "num_gpus" not in request and "num_gpus" not in request["constraints"] and request.get("objective") != "min_gpus":
-        request["num_gpus"] = cluster_num_gpus
-    return request
-
-
-def request_hash(request: dict[str, Any], snapshot: dict[str, Any], versions: Versions, owner: str | None = None) -> str:
-    """SHA-256 over the normalised request, the catalog entries it resolved to and the solver
-    version: the same question to the same solver gets the same stored answer. With an
-    ``owner`` (authentication on: the token's id) the owner is hashed too, so identical requests
-    of two owners are two plans (and two single-flight keys), never one owner's plan shown to
-    the other; without one the hash is what it was before tokens existed."""
-    document: dict[str, Any] = {"request": request, "catalog": snapshot, "solver": versions.solver, "ortools": versions.ortools}
-    if owner is not None:
-        document["owner"] = owner
-    canonical = json.dumps(
-        document,
-        sort_keys=True,
-        separators=(",", ":"),
-    )
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def _search_request(
-    body: schemas.PlanRequest, resolved: Resolved, time_budget_s: float, profile: ModelProfile | None
-) -> SearchRequest:
-    if body.num_gpus is not None:
-        check_num_gpus(body.num_gpus, resolved.cluster)
-    try:
-        constraints = Constraints.parse(body.constraints.model_dump(exclude_none=True))
-        return SearchRequest(
-            model=resolved.model,
-            cluster=resolved.cluster,
-            training=training_spec(body.training),
-            num_gpus=body.num_gpus,
-            objective=Objective(body.objective),
-            constraints=constraints,
-            top_k=body.top_k,
-            deadline_s=body.deadline_s,
-            gpu_hour_price_usd=body.gpu_hour_price_usd,
-            time_budget_s=time_budget_s,
-            profile=profile,
-            error_band=error_band(body.training, resolved.cluster),
-        )
-    except SpecError as error:
-        raise from_spec_error(error, "body") from None
-
-
 def _plan_row(
     request: dict[str, Any], resolved: Resolved, result: schemas.SearchOutcome, versions: Versions, digest: str,
     owner: str | None, choices: dict[str, Any] | None = None,
 ) -> Plan:
-    plan = Plan(
-        id=str(uuid.uuid4()),
-        created_at=utc_now(),
-        request_hash=digest,
-        status=result.status,
-        model_name=resolved.model.name,
-        cluster_name=resolved.cluster.name,
-        objective=request["objective"],
-        num_gpus=request.get("num_gpus") or resolved.cluster.num_gpus,
-        timed_out=result.search.timed_out,
-        request=request,
-        catalog_snapshot=resolved.snapshot,
-        solver_version=versions.solver,
-        ortools_version=versions.ortools,
-        # The documents of a batch or cluster choice ride in the statistics' JSON (choice.CHOICE_KEYS).
-        search_stats=result.search.model_dump(mode="json") | (choices or {}),
-        explanation=result.explanation.model_dump(mode="json") if result.explanation is not None else None,
-        owner_token_id=owner,
-    )
-    for candidate in result.candidates:
-        plan.candidates.append(
-            PlanCandidate(
-                rank=candidate.rank,
-                step_time_s=candidate.prediction.step_time_s,
-                tokens_per_s=candidate.prediction.tokens_per_s,
-                peak_memory_gib=candidate.memory.peak_gib,
-                parallel=candidate.parallel.model_dump(mode="json"),
-                document=candidate.model_dump(mode="json"),
-            )
-        )
+    plan = Plan(**answer.plan_columns(request, resolved, result, versions, digest, owner, choices, utc_now()))
+    for columns in answer.candidate_columns(result):
+        plan.candidates.append(PlanCandidate(**columns))
     return plan
 
 
 def plan_document(plan: Plan) -> schemas.Plan:
-    """The stored plan as the API answers it; a stored document that no longer matches the
-    schema fails here, not in a client."""
-    candidates = [c.document for c in sorted(plan.candidates, key=lambda c: c.rank)]
-    stats = {k: v for k, v in plan.search_stats.items() if k not in choice.CHOICE_KEYS}
-    choices = {k: v for k, v in plan.search_stats.items() if k in choice.CHOICE_KEYS}
-    return schemas.Plan.model_validate(
-        {
-            **choices,
-            "id": plan.id,
-            "created_at": plan.created_at,
-            "status": plan.status,
-            "timed_out": plan.timed_out,
-            "request": plan.request,
-            "best": candidates[0] if candidates else None,
-            "candidates": candidates,
-            "search": stats,
-            "explanation": plan.explanation,
-            "catalog_snapshot": plan.catalog_snapshot,
-            "versions": {"solver": plan.solver_version, "ortools": plan.ortools_version},
-        }
-    )
+    """The stored plan as the API answers it (``answer.document``)."""
+    columns = {name: getattr(plan, name) for name in PLAN_DOCUMENT_COLUMNS}
+    return answer.document(columns, [c.document for c in sorted(plan.candidates, key=lambda c: c.rank)])
 
 
 def _solve(pool: SolverPool | InlineSolver, metrics: Metrics, settings: Settings, search_request: SearchRequest) -> schemas.SearchOutcome:
@@ -236,7 +132,8 @@ def create_plan(
     call ``release``. With ``flights``, an identical request already searching in this process
     is awaited instead of searched again."""
     time_budget_s = min(body.time_budget_s or settings.plan_time_budget_s, settings.plan_time_budget_s)
-    resolved = choice.resolve_first(session, body)
+    custom = SessionEntries(session)
+    resolved = choice.resolve_first(custom, body)
     profile = None
     if body.profile_id is not None:
         document = measured_profile(session, body.profile_id, resolved.model, access=access)
@@ -245,16 +142,16 @@ def create_plan(
         resolved = replace(
             resolved, snapshot={**resolved.snapshot, "profile": {"id": body.profile_id, "document": profile_document(document)}}
         )
-    build = functools.partial(_search_request, body, time_budget_s=time_budget_s, profile=profile)
+    build = functools.partial(answer.search_request, body, time_budget_s=time_budget_s, profile=profile)
     job: SearchRequest | choice.Prepared
     if choice.needs_choice(body):
-        job = choice.prepare(session, body, resolved, build)
+        job = choice.prepare(custom, body, resolved, build)
         several = isinstance(body.cluster, list)
-        request = normalise(body, time_budget_s, None if several else resolved.cluster.num_gpus)
-        digest = request_hash(request, job.snapshot, versions, access.owner)
+        request = answer.normalise(body, time_budget_s, None if several else resolved.cluster.num_gpus)
+        digest = answer.request_hash(request, job.snapshot, versions, access.owner)
     else:
-        request = normalise(body, time_budget_s, resolved.cluster.num_gpus)
-        digest = request_hash(request, resolved.snapshot, versions, access.owner)
+        request = answer.normalise(body, time_budget_s, resolved.cluster.num_gpus)
+        digest = answer.request_hash(request, resolved.snapshot, versions, access.owner)
         job = build(resolved)
 
     stored = repository.get_by_hash(session, digest)

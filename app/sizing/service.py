@@ -17,7 +17,7 @@ from app.core.single_flight import SingleFlight
 from app.core.solver_pool import InlineSolver, SolverPool, SolverSaturated, SolverUnavailable
 from app.core.versions import Versions
 from app.evaluations.schemas import Training
-from app.evaluations.service import check_num_gpus, training_spec
+from app.evaluations.training import check_num_gpus, training_spec
 from app.plans import service as plans_service
 from app.plans.schemas import PlanRequest
 from app.sizing import schemas
