@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import shlex
 import tomllib
+from typing import Any
 
 import deepspeed
 import deepspeed.runtime.config as deepspeed_config_module
@@ -53,7 +55,7 @@ from solver.frameworks.deepspeed import pipeline_split
 from solver.frameworks.export import full_recompute_counts
 from solver.spec.model import MlpActivation, ModelSpec, PositionEmbedding
 from solver.spec.parallel import ParallelConfig, micro_batch_count
-from solver.spec.training import Precision, Recompute, TrainingSpec, ZeroStage
+from solver.spec.training import Precision, Recompute, RecomputeModule, TrainingSpec, ZeroStage
 
 GPT = ModelSpec("gpt-24l", num_layers=24, hidden_size=2048, num_attention_heads=16, vocab_size=50257, seq_length=2048)
 LLAMA = ModelSpec(
@@ -158,17 +160,18 @@ def _file(export, name):
     return next(f for f in export.files if f.name == name)
 
 
-def script_arguments(text: str, program: str) -> tuple[list[str], dict[str, str | None]]:
-    """The launcher's tokens and the program's flags (value None for a switch) of a script."""
+def script_arguments(text: str, program: str) -> tuple[list[str], dict[str, Any]]:
+    """The launcher's tokens and the program's flags of a script: None for a switch, the value,
+    or the list of values of a flag that takes several (argparse nargs)."""
     body = " ".join(line.rstrip("\\").strip() for line in text.splitlines() if line and not line.startswith(("#", "set ", "export ")))
     tokens = shlex.split(body.replace("${EXTRA_ARGS:-}", ""))
     at = tokens.index(program)
     launcher, rest = tokens[:at], tokens[at + 1:]
-    flags: dict[str, str | None] = {}
+    flags: dict[str, Any] = {}
     for i, token in enumerate(rest):
         if token.startswith("--"):
-            following = rest[i + 1] if i + 1 < len(rest) else None
-            flags[token] = None if following is None or following.startswith("--") else following
+            values = list(itertools.takewhile(lambda t: not t.startswith("--"), rest[i + 1:]))
+            flags[token] = None if not values else values[0] if len(values) == 1 else values
     return launcher, flags
 
 
@@ -202,7 +205,10 @@ def megatron_configs(export, plan: PlanToExport):
         name = flag[2:].replace("-", "_")
         if name in CORE_FIELDS:
             field_type = {f.name: f.type for f in dataclasses.fields(TransformerConfig)}.get(name)
-            kwargs[name] = True if value is None else (int(value) if value.isdigit() and "int" in str(field_type) else value)
+            if isinstance(value, list) or (name == "recompute_modules" and value is not None):  # nargs flags are lists
+                kwargs[name] = value if isinstance(value, list) else [value]
+            else:
+                kwargs[name] = True if value is None else (int(value) if value.isdigit() and "int" in str(field_type) else value)
     if "--fp8-format" in flags:
         kwargs["fp8"] = flags["--fp8-format"]
     if "--swiglu" in flags:
@@ -441,3 +447,39 @@ def test_nemo_uneven_first_and_last_stages():
     export = export_plan(uneven_middle, ExportFormat.NEMO)
     assert not export.exact
     assert [(d.field, d.planned, d.exported) for d in export.differences] == [("parallel.stage_layers", "[6, 5, 7, 6]", "[6, 6, 6, 6]")]
+
+
+# --------------------------------------------------------------------------- recompute modules
+
+# Selective recomputation of the attention core and the MLP (megatron-core --recompute-modules).
+MODULES_PLAN = dataclasses.replace(
+    SHAPES["uneven_stages"], training=dataclasses.replace(GPT_TRAINING, recompute_modules=(RecomputeModule.CORE_ATTN, RecomputeModule.MLP))
+)
+
+
+def test_megatron_and_nemo_write_the_recompute_modules_and_megatron_core_reads_them():
+    export = export_plan(MODULES_PLAN, ExportFormat.MEGATRON)
+    assert export.exact
+    _, flags = script_arguments(_file(export, "pretrain_gpt.sh").text, "pretrain_gpt.py")
+    assert flags["--recompute-modules"] == ["core_attn", "mlp"]
+    config, *_ = megatron_configs(export, MODULES_PLAN)
+    assert (config.recompute_granularity, config.recompute_modules) == ("selective", ["core_attn", "mlp"])
+    nemo = export_plan(MODULES_PLAN, ExportFormat.NEMO)
+    model = yaml.safe_load(_file(nemo, "nemo_overrides.yaml").text)["model"]
+    assert nemo.exact and model["recompute_modules"] == ["core_attn", "mlp"]
+    assert TransformerConfig(
+        num_layers=24, hidden_size=2048, num_attention_heads=16, recompute_granularity="selective",
+        recompute_modules=model["recompute_modules"],
+    ).recompute_modules == ["core_attn", "mlp"]
+
+
+def test_the_default_modules_write_no_flag():
+    _, flags = script_arguments(_file(export_plan(SHAPES["uneven_stages"], ExportFormat.MEGATRON), "pretrain_gpt.sh").text, "pretrain_gpt.py")
+    assert "--recompute-modules" not in flags
+
+
+def test_megatron_deepspeed_recomputes_the_attention_core_only():
+    export = export_plan(MODULES_PLAN, ExportFormat.DEEPSPEED)
+    difference = next(d for d in export.differences if d.field == "training.recompute_modules")
+    assert (difference.planned, difference.exported) == ("[core_attn, mlp]", "[core_attn]")
+    assert export.training.recompute_modules == (RecomputeModule.CORE_ATTN,)

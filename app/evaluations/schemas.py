@@ -74,6 +74,15 @@ class Training(BaseModel):
     ep_comm_overlap: Flag | None = Field(
         None, description="MoE dispatch and combine all-to-alls run beside another micro-batch's compute (combined 1F1B, DualPipe); null: the stack's"
     )
+    # Megatron-core's --recompute-modules (solver.spec.training.RecomputeModule): what a selectively
+    # recomputed layer recomputes where the stack's selective mode is "attention".
+    recompute_modules: list[Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act"]] | None = Field(
+        None, min_length=1, max_length=5,
+        description=(
+            "submodules selective recomputation recomputes in a Megatron-style stack (megatron-core --recompute-modules); "
+            "null: core_attn, megatron-core's default"
+        ),
+    )
 
 
 Parallel = create_model(

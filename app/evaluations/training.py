@@ -30,6 +30,12 @@ def resolve_training(training: Training) -> Training:
 
 def training_spec(training: Training) -> TrainingSpec:
     resolved = resolve_training(training)
+    if resolved.recompute_modules and resolved.selective_recompute != "attention":
+        raise invalid_field(
+            "body.training.recompute_modules",
+            f"applies to Megatron-style selective recomputation (selective_recompute 'attention'); the stack {resolved.stack!r}"
+            f" recomputes per {resolved.selective_recompute!r}",
+        )
     try:
         return TrainingSpec(
             global_batch_size=resolved.global_batch_size,
@@ -37,6 +43,7 @@ def training_spec(training: Training) -> TrainingSpec:
             precision=resolved.precision,
             optimizer=resolved.optimizer,
             train_tokens=resolved.train_tokens,
+            **({"recompute_modules": tuple(resolved.recompute_modules)} if resolved.recompute_modules else {}),
             **{name: getattr(resolved, name) for name in STACK_FACTS},
         )
     except SpecError as error:

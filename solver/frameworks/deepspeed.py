@@ -38,7 +38,7 @@ from solver.spec.legality import offload_zero_stage, uniform_partition
 from solver.spec.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding
 from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.rules import Rule, Violation
-from solver.spec.training import Precision, TrainingSpec, ZeroStage
+from solver.spec.training import DEFAULT_RECOMPUTE_MODULES, Precision, TrainingSpec, ZeroStage
 
 # Parameters under this many elements per hidden unit (norm scales, biases) stay gathered
 # under ZeRO-3 instead of being fetched per use: a few MB in all.
@@ -182,6 +182,13 @@ def exact_config(plan: PlanToExport) -> Nearest:
             " checkpoints stay on the GPU, more memory than planned",
         ))
         parallel = replace(parallel, offload=Offload.OPTIMIZER_PARAMS)
+    if recompute_form(plan, parallel) is RecomputeForm.SELECTIVE and training.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
+        out.append(differs(
+            "training.recompute_modules", tuple(m.value for m in training.recompute_modules), tuple(m.value for m in DEFAULT_RECOMPUTE_MODULES),
+            "Megatron-DeepSpeed's selective recomputation recomputes the attention core only (it has no"
+            " --recompute-modules): the other modules' activations stay in memory, less time",
+        ))
+        training = replace(training, recompute_modules=DEFAULT_RECOMPUTE_MODULES)
     if training.precision in (Precision.FP8, Precision.MXFP8, Precision.NVFP4):
         out.append(differs(
             "training.precision", training.precision.value, "bf16",

@@ -26,7 +26,9 @@ from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.training import Recompute, TrainingSpec
 
-Argument = tuple[str, str | None]  # a launcher or program flag and its value; None: a switch
+# A launcher or program flag and its value: None for a switch, a tuple for a flag taking several
+# values (argparse nargs, e.g. Megatron's --recompute-modules).
+Argument = tuple[str, str | tuple[str, ...] | None]
 
 
 class ExportFormat(str, Enum):
@@ -228,6 +230,7 @@ def render_shell(program: str, launcher: list[str], args: list[Argument], header
     lines.append(" ".join(launcher) + " \\")
     lines.append(f"    {program} \\")
     for flag, value in args:
-        lines.append(f"    {flag} \\" if value is None else f"    {flag} {shlex.quote(value)} \\")
+        values = () if value is None else (value,) if isinstance(value, str) else value
+        lines.append(" ".join(("   ", flag, *map(shlex.quote, values), "\\")))
     lines.append("    ${EXTRA_ARGS:-}")
     return "\n".join(lines) + "\n"

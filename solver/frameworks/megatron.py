@@ -40,7 +40,7 @@ from solver.spec.dimensions import Offload
 from solver.spec.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding, Router
 from solver.spec.parallel import ParallelConfig
 from solver.spec.rules import Rule, Violation
-from solver.spec.training import Precision, ZeroStage
+from solver.spec.training import DEFAULT_RECOMPUTE_MODULES, Precision, ZeroStage
 
 
 def violations(parallel: ParallelConfig) -> list[Violation]:
@@ -151,6 +151,8 @@ def arguments(plan: PlanToExport, parallel: ParallelConfig) -> list[Argument]:
     granularity, method, num_layers = recompute_settings(plan, parallel)
     if granularity is not None:
         args.append(("--recompute-granularity", granularity))
+    if granularity == "selective" and training.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
+        args.append(("--recompute-modules", tuple(m.value for m in training.recompute_modules)))
     if method is not None:
         args += [("--recompute-method", method), ("--recompute-num-layers", str(num_layers))]
     if parallel.zero_stage == ZeroStage.OS or parallel.offload is not Offload.NONE:

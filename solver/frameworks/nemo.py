@@ -32,9 +32,9 @@ from solver.spec.legality import uniform_partition
 from solver.spec.model import MlpActivation, PositionEmbedding
 from solver.spec.parallel import ParallelConfig
 from solver.spec.rules import Violation
-from solver.spec.training import Precision, ZeroStage
+from solver.spec.training import DEFAULT_RECOMPUTE_MODULES, Precision, ZeroStage
 
-YamlValue = int | str | bool | None
+YamlValue = int | str | bool | list[str] | None
 
 
 def violations(parallel: ParallelConfig) -> list[Violation]:
@@ -142,6 +142,8 @@ def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[st
         "activations_checkpoint_method": method,
         "activations_checkpoint_num_layers": num_layers,
     })
+    if granularity == "selective" and training.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
+        out["recompute_modules"] = [m.value for m in training.recompute_modules]  # a TransformerConfig field
     if training.precision is Precision.FP8:
         out.update({"transformer_engine": True, "fp8": True, "fp8_hybrid": True})
     if training.precision is Precision.MXFP8:
@@ -184,6 +186,8 @@ def _yaml(value: YamlValue) -> str:
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, list):  # a flow sequence of plain names
+        return "[" + ", ".join(_yaml(item) for item in value) + "]"
     return f"'{value}'" if value.isdigit() else value
 
 

@@ -105,6 +105,10 @@ class RecomputeModule(str, Enum):
     MOE_ACT = "moe_act"  # the routed experts' activation function (output-discarding checkpoint)
 
 
+# Megatron-core's default: the attention core alone, Korthikanti et al.'s selective mode.
+DEFAULT_RECOMPUTE_MODULES = (RecomputeModule.CORE_ATTN,)
+
+
 class ZeroStage(IntEnum):
     NONE = 0
     OS = 1  # optimizer states sharded over data parallel ranks
@@ -186,9 +190,8 @@ class TrainingSpec:
     # ``--overlap-moe-expert-parallel-comm``, 0.14+, off by default; DeepSeek-V3's DualPipe, arXiv
     # 2412.19437 Sec 3.2.1) or on the compute stream, waited for (False). Dense layers are untouched.
     ep_comm_overlap: bool = False
-    # What selective recomputation recomputes in a Megatron-style stack (``RecomputeModule``);
-    # Megatron-core's default is the attention core alone, Korthikanti et al.'s selective mode.
-    recompute_modules: tuple[RecomputeModule, ...] = (RecomputeModule.CORE_ATTN,)
+    # What selective recomputation recomputes in a Megatron-style stack (``RecomputeModule``).
+    recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES
 
     def __post_init__(self) -> None:
         check_positive_int("training.global_batch_size", self.global_batch_size)
