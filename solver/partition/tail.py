@@ -59,6 +59,24 @@ def _reachable(max_end: np.ndarray) -> list[np.ndarray]:
     return reach
 
 
+def _reaches_end(max_end: np.ndarray) -> np.ndarray:
+    """``_reachable(max_end)[-1][..., L]`` (whether the last boundary is reachable after every
+    stage), without keeping each stage's row: the bisections ask only this."""
+    p, layers = max_end.shape[-2:]
+    reach = np.zeros(max_end.shape[:-2] + (layers,), dtype=bool)
+    reach[..., 0] = True
+    boundaries = np.arange(1, layers + 1)
+    furthest = np.empty(max_end.shape[:-2] + (layers,), dtype=max_end.dtype)
+    for stage in range(p - 1):
+        np.copyto(furthest, -1)
+        np.copyto(furthest, max_end[..., stage, :], where=reach)
+        np.maximum.accumulate(furthest, axis=-1, out=furthest)
+        reach[..., 1:] = furthest[..., :-1] >= boundaries[:-1]
+        reach[..., 0] = False
+    last = np.where(reach, max_end[..., p - 1, :], -1)
+    return last.max(axis=-1) >= layers
+
+
 def _max_end(allowed: np.ndarray) -> np.ndarray:
     """max_end[..., i, a]: the furthest end b of an allowed range [a, b) of stage i, for every
     start a, from ``allowed`` tabled over the head's starts 0..D (shape ... x p x (D + 1) x L).
@@ -120,7 +138,7 @@ def solve_tail(problem: PartitionProblem, upper_bound_ns: int | None = None) -> 
         """Per bound (pairs of bottleneck and state bounds): some partition keeps within it."""
         bound_ns, bound_kib = np.broadcast_arrays(np.asarray(bound_ns, dtype=np.float64), bound_kib)
         allowed = (time_ns <= bound_ns[:, None, None, None]) & (stage_state <= bound_kib[:, None, None, None])
-        return _reachable(_max_end(allowed))[-1][:, layers]
+        return _reaches_end(_max_end(allowed))
 
     # The full table's values are the head rows' (a later start repeats row D's values).
     average = (sum(problem.layer_time_ns) + sum(problem.stage_extra_time_ns)) / p
@@ -154,4 +172,4 @@ def solve_tail(problem: PartitionProblem, upper_bound_ns: int | None = None) -> 
 def _any_partition_fits(problem: PartitionProblem, head: int) -> bool:
     """``chain._any_partition_fits`` from the head rows."""
     fits = fits_table(problem, np.arange(head + 1))
-    return fits is None or bool(_reachable(_max_end(fits))[-1][problem.num_layers])
+    return fits is None or bool(_reaches_end(_max_end(fits)))
