@@ -143,7 +143,8 @@ class ModelProfile:
 
     @property
     def head(self) -> LayerProfile | None:
-        return next((layer for layer in self.layers if layer.kind is LayerKind.HEAD), None)
+        # Looked up from the end, where the head is (the search asks for it thousands of times).
+        return next((layer for layer in reversed(self.layers) if layer.kind is LayerKind.HEAD), None)
 
     def origins(self) -> dict[str, str]:
         return {layer.name: layer.origin.value for layer in self.layers}
