@@ -642,7 +642,7 @@ def analytic_profile(
         moe_layer = _moe_layer(layer, cost, cluster.gpu, training.ep_comm_overlap, RecomputeModule.MOE_ACT in modules)
         layers += [_renamed(moe_layer if model.is_moe_layer(i) else dense_layer, f"layer.{i}") for i in range(model.num_layers)]
     else:
-        layers += [dense_layer if i == 0 else replace(dense_layer, name=f"layer.{i}") for i in range(model.num_layers)]
+        layers += [dense_layer if i == 0 else _renamed(dense_layer, f"layer.{i}") for i in range(model.num_layers)]
     loss_bytes = loss_peak_bytes_per_logit(training.loss_dtype, training.fused_kernels)
     head = _head_profile(model, cluster, training.precision, *args, loss_bytes_per_logit=loss_bytes)
     if model.mtp_num_layers:
