@@ -260,7 +260,10 @@ def _layout_candidates(par: dict, settings: dict, model: ModelSpec, global_batch
         if trimmed:
             per_chunk = chunked_layers // (pp * v)
             layout = (per_chunk - 1,) + (per_chunk,) * (pp * v - 2) + (per_chunk - 1,)
-        yield ParallelConfig(dp, tp, pp, zero, mb, rc, v, seq_par, layout, cp_size=cp, ep_size=ep)
+        yield ParallelConfig(
+            dp, tp, pp, zero, mb, rc, v, seq_par, layout, cp_size=cp, ep_size=ep,
+            activation_offload_layers=settings.get("activation_offload_layers", 0),
+        )
 
 
 def record_settings(record: dict, inputs: dict) -> dict:

@@ -16,6 +16,7 @@ from solver.spec.training import Recompute
 RecomputeName = Literal[tuple(mode.value for mode in Recompute)]  # type: ignore[valid-type]
 OffloadName = Literal[tuple(mode.value for mode in Offload)]  # type: ignore[valid-type]
 ZeroStageNumber = Annotated[int, Field(strict=True, ge=0, le=3)]
+LayerCount = Annotated[int, Field(strict=True, ge=0)]
 
 
 def value_type(dimension: Dimension) -> Any:
@@ -26,6 +27,7 @@ def value_type(dimension: Dimension) -> Any:
         Kind.RECOMPUTE: RecomputeName,
         Kind.FLAG: Flag,
         Kind.OFFLOAD: OffloadName,
+        Kind.LAYERS: LayerCount,
     }[dimension.kind]
 
 

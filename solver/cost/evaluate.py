@@ -22,7 +22,13 @@ from solver.cost.flops import (
     model_flops_per_iteration,
 )
 from solver.cost.memory import GIB_BYTES, in_flight_micro_batches
-from solver.cost.offload import gpus_sharing_host, offload_exposed_s, offload_step_s
+from solver.cost.offload import (
+    activation_offload_exposed_s,
+    gpus_sharing_host,
+    host_copy_bytes_per_s,
+    offload_exposed_s,
+    offload_step_s,
+)
 from solver.cost.profile import ModelProfile, ProfileShape
 from solver.cost.result import Evaluation, Prediction, StageReport, StepBreakdown
 from solver.cost.schedule import (
@@ -203,6 +209,9 @@ def _tail(
     exposed = exposed_s(parallel, cost.parameter_count - experts)
     if experts:
         exposed += exposed_s(expert_gradient_group(parallel), experts)
+    if cost.activation_offload:
+        rate = host_copy_bytes_per_s(cluster, num_gpus)
+        exposed += stage_policy.num_micro_batches * activation_offload_exposed_s(cost.activation_offload, rate)
     if parallel.offload is Offload.NONE:
         return _Tail(exposed, optimizer_step_s(cluster.gpu, cost.parameter_count, stage_policy, experts))
     shard = optimizer_shard_parameter_count(cost.parameter_count, stage_policy, experts)

@@ -26,6 +26,26 @@ inputs that fully recomputed layers keep for backward (their checkpoints) go to 
 forward produces them and come back as backward reaches them: the GPU holds two layers' worth
 (one on its way down, one on its way up) instead of every recomputed layer's.
 
+Partial activation offload (``ParallelConfig.activation_offload_layers``) is Megatron-core's
+``cpu_offloading`` with ``cpu_offloading_num_layers`` N (NVIDIA/Megatron-LM 8f1c2f8,
+megatron/core/transformer/transformer_block.py: each layer's forward runs inside Transformer
+Engine's ``get_cpu_offload_context``), which Megatron-Bridge's performance recipes set for
+Llama 3 70B under Megatron-FSDP (NVIDIA-NeMo/Megatron-Bridge df0289c,
+scripts/performance/configs/llama/llama3_workload_base_configs.py: 20 layers on GB300, 40 on
+GB200; utils/overrides.py sets cpu_offloading True, cpu_offloading_weights False). What moves
+is Transformer Engine's (NVIDIA/TransformerEngine 5671fd3, the commit Megatron-Bridge pins,
+transformer_engine/pytorch/cpu_offload.py, ``DefaultOffloadSynchronizer``): every tensor a layer
+saves for backward through the saved-tensor hooks, except parameters and the weights its modules
+mark not to offload (``mark_not_offload``: FP8 weight copies too) and tensors under 256K
+elements (per-token norm statistics: under a hundredth of a layer, neglected here), of layers
+0..N-1; so the GPU keeps the activations of L - N layers at the peak ("peak memory usage of
+saving activations is (num_layers - num_offloaded_layers) * T", its docstring). Copies run on one
+side stream, device to host into pinned buffers as each tensor is saved; layer i's GPU copy is
+freed at the start of layer L - N + i's forward, where compute waits for its copy to have
+finished; in backward layer i's reload starts when the backward of layer L - 1 - N + i begins,
+and compute waits for it before layer i's backward. Host memory holds one micro-batch's N layers
+(the buffers are freed after backward). ``activation_offload_exposed_s`` replays that schedule.
+
 Offloading to NVMe is not modelled.
 """
 
@@ -192,6 +212,55 @@ def offload_step_s(
     if offloads_params(offload):
         return step_s
     return step_s + pcie_s(cluster, WEIGHT_BYTES_PER_PARAM * shard_parameter_count)
+
+
+def host_copy_bytes_per_s(cluster: ClusterSpec, num_gpus: int) -> float:
+    """What one GPU's copies to or from host memory reach while every GPU of its node copies at
+    once: its host link (``pcie_bytes_per_s``: PCIe on x86 nodes, NVLink-C2C on Grace superchips;
+    ``PCIE_EFFICIENCY`` of nominal, assumed for C2C too) or its share of the host's DRAM
+    bandwidth (``HOST_MEMORY_EFFICIENCY`` of nominal), whichever is lower."""
+    link = _given(cluster.pcie_bytes_per_s) * PCIE_EFFICIENCY
+    memory = _given(cluster.host_memory_bytes_per_s) * HOST_MEMORY_EFFICIENCY / gpus_sharing_host(cluster, num_gpus)
+    return min(link, memory)
+
+
+def activation_offload_exposed_s(layers: tuple[tuple[float, float, float], ...], copy_bytes_per_s: float) -> float:
+    """One micro-batch's compute time lost waiting for partial activation offload's copies, on a
+    stage whose ``layers`` are (forward_s, backward_s, offloaded_bytes) in execution order, the
+    first N with bytes to move (Transformer Engine's ``DefaultOffloadSynchronizer``, see the
+    module): one copy stream moves layer i's activations down once its forward has produced
+    them and must be done before layer L - N + i's forward starts; in backward it brings layer i
+    back from the start of layer L - 1 - N + i's backward (the stream first waits for the
+    compute queued so far) and compute waits for it before layer i's backward. Copies hide
+    behind the compute of the layers between; what they do not hide is returned, in seconds."""
+    count = len(layers)
+    offloaded = sum(1 for _, _, moved in layers if moved > 0)
+    if not offloaded:
+        return 0.0
+    copy_s = [moved / copy_bytes_per_s for _, _, moved in layers]
+    # Forward: compute clock and copy-stream clock.
+    clock = stream = 0.0
+    done = [0.0] * count
+    for k, (forward_s, _, _) in enumerate(layers):
+        if k >= count - offloaded:
+            clock = max(clock, done[k - (count - offloaded)])  # its GPU copy is freed here
+        clock += forward_s
+        if k < offloaded:
+            stream = max(stream, clock) + copy_s[k]
+            done[k] = stream
+    exposed = clock - sum(forward_s for forward_s, _, _ in layers)
+    # Backward, last layer first: the copy stream is idle by then (the forward's copies are done).
+    clock = stream = 0.0
+    ready = [0.0] * count
+    for k in reversed(range(count)):
+        i = k - (count - 1 - offloaded)
+        if 0 <= i < offloaded:
+            stream = max(stream, clock) + copy_s[i]
+            ready[i] = stream
+        if k < offloaded:
+            clock = max(clock, ready[k])
+        clock += layers[k][1]
+    return exposed + clock - sum(backward_s for _, backward_s, _ in layers)
 
 
 def _given(value: float | None) -> float:

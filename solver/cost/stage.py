@@ -83,6 +83,9 @@ class StageCost:
     expert_parameter_count: int = 0  # of parameter_count, routed experts (sharded over dp x cp / ep)
     host_bytes: float = 0.0  # host memory this GPU's offloaded states and checkpoints take (solver.cost.offload)
     offloaded_checkpoint_bytes: float = 0.0  # one micro-batch's activation checkpoints sent to the host
+    # Partial activation offload: per layer, in execution order, (forward_s, backward_s, bytes sent
+    # to the host); empty without it (solver.cost.offload.activation_offload_exposed_s).
+    activation_offload: tuple[tuple[float, float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ class StagePolicy:
     ep_size: int = 1  # routed experts' states shard over dp_size / ep_size ranks (ParallelConfig.expert_dp_size)
     grad_bytes_per_param: int = GRAD_BYTES_PER_PARAM  # the stack's gradient dtype (TrainingSpec.grad_bytes_per_param)
     offload: Offload = Offload.NONE  # what lives in host memory (ParallelConfig.offload)
+    activation_offload_layers: int = 0  # the stage's first N layers' activations go to the host
 
     @staticmethod
     def of(gpu: GpuSpec, parallel: ParallelConfig, training: TrainingSpec, num_micro_batches: int) -> "StagePolicy":
@@ -106,6 +110,7 @@ class StagePolicy:
             gpu, parallel.zero_stage, parallel.dp_cp_size, training.optimizer, num_micro_batches,
             Recompute.SELECTIVE if parallel.recompute is Recompute.SELECTIVE else Recompute.NONE,
             parallel.pp_size, parallel.ep_size, training.grad_bytes_per_param, parallel.offload,
+            parallel.activation_offload_layers,
         )
 
     @property
@@ -292,6 +297,10 @@ def stage_cost(
     # Activation offload sends the checkpoints of fully recomputed layers to the host.
     offloaded = [layer.checkpoint_bytes for layer, full in layers if full] if offloads_activations(policy.offload) else []
     kept = sum(layer.kept_bytes(Recompute.FULL if full else base) for layer, full in layers) - sum(offloaded)
+    # Partial activation offload: the first N layers' activations leave the GPU (legal only
+    # without recomputation, on one stage).
+    moved = [layer.kept_bytes(base) if i < policy.activation_offload_layers else 0 for i, (layer, _) in enumerate(layers)]
+    kept -= sum(moved)
     working = max((recompute_working_bytes(layer, Recompute.FULL if full else base) for layer, full in layers), default=0)
     allocated = dict(
         weights=states["weights"],
@@ -302,5 +311,8 @@ def stage_cost(
         zero3_gather_buffers=stage_buffer_bytes(largest, params, policy),
     )
     memory = StageMemory(**allocated, reserve=reserve_bytes(sum(allocated.values())))
-    host = host_bytes_per_gpu(held["optimizer_states"], policy.optimizer, policy.offload) + in_flight * sum(offloaded)
-    return StageCost(time, memory, params, largest, in_flight, any(full for _, full in layers), experts, host, sum(offloaded))
+    host = host_bytes_per_gpu(held["optimizer_states"], policy.optimizer, policy.offload) + in_flight * (sum(offloaded) + sum(moved))
+    activation_offload = tuple((layer.forward_s, layer.backward_s, bytes_) for (layer, _), bytes_ in zip(layers, moved)) if any(moved) else ()
+    return StageCost(
+        time, memory, params, largest, in_flight, any(full for _, full in layers), experts, host, sum(offloaded), activation_offload
+    )

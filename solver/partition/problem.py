@@ -234,6 +234,9 @@ def partition_problem(
         # largest: before the recomputed layers are known).
         gather_buffers += checkpoint_buffer_bytes(max(checkpoints, default=0) * KIB_BYTES, parallel.offload)
         checkpoints = (0,) * len(checkpoints)
+    if parallel.activation_offload_layers:
+        # The first N layers' activations go to the host (one stage, no recomputation).
+        kept = (0,) * parallel.activation_offload_layers + tuple(kept[parallel.activation_offload_layers:])
 
     # Gradient accumulation is one kernel per stage: its launch is a stage extra, and each
     # layer carries its share of the bytes.

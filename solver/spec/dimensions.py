@@ -26,6 +26,7 @@ class Kind(str, Enum):
     RECOMPUTE = "recompute"  # none, selective, full
     FLAG = "flag"  # true or false
     OFFLOAD = "offload"  # what lives in host memory: none, optimizer, optimizer+params(+activations)
+    LAYERS = "layers"  # a number of transformer layers, 0 or more
 
 
 class Offload(str, Enum):
@@ -64,7 +65,7 @@ class Dimension:
     @property
     def ranged(self) -> bool:
         """Whether a request may bound it with {"min": a, "max": b}."""
-        return self.kind in (Kind.COUNT, Kind.ZERO)
+        return self.kind in (Kind.COUNT, Kind.ZERO, Kind.LAYERS)
 
     def to_api(self, value: Any) -> Any:
         """The JSON value: an integer, a string or a boolean."""
@@ -98,6 +99,8 @@ class Dimension:
             raise SpecError(field, f"ZeRO stage must be 0-3, got {value}")
         if self.kind is Kind.COUNT and value < 1:
             raise SpecError(field, f"must be at least 1, got {value}")
+        if self.kind is Kind.LAYERS and value < 0:
+            raise SpecError(field, f"must be 0 or more, got {value}")
         return value
 
     def config_value(self, value: Any, field: str) -> Any:
@@ -119,6 +122,8 @@ class Dimension:
             return ZeroStage(value)
         if self.kind is Kind.FLAG and not isinstance(value, bool):
             raise SpecError(field, "must be true or false")
+        if self.kind is Kind.LAYERS and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise SpecError(field, f"must be an integer, 0 or more, got {value!r}")
         return value
 
 
@@ -150,6 +155,13 @@ DIMENSIONS: tuple[Dimension, ...] = (
         "what is kept in host memory: none; optimizer (ZeRO-Offload: fp32 optimizer states and gradients, Adam on the CPU);"
         " optimizer+params (ZeRO-Infinity: 16-bit parameters too, streamed to the GPU layer by layer);"
         " optimizer+params+activations (the checkpoints of fully recomputed layers too)",
+    ),
+    # Never suggested either: like offload, the search turns to it only where nothing fits without.
+    Dimension(
+        "activation_offload_layers", Kind.LAYERS,
+        "transformer layers whose activations go to host memory in forward and come back for backward"
+        " (Megatron-core cpu_offloading_num_layers through Transformer Engine's CPU offload: the first N layers,"
+        " one pipeline stage, no recomputation); 0: none",
     ),
 )
 NUM_GPUS = Dimension("num_gpus", Kind.COUNT, "GPUs used (dp x tp x pp x cp)", of_config=False)

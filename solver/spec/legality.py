@@ -14,7 +14,7 @@ from solver.spec.hardware import ClusterSpec
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.rules import Rule, Violation
-from solver.spec.training import TrainingSpec, ZeroStage
+from solver.spec.training import Recompute, TrainingSpec, ZeroStage
 
 
 def uniform_partition(num_layers: int, num_chunks: int) -> tuple[int, ...]:
@@ -59,6 +59,7 @@ def check_structure(
     _check_context_parallel(training, parallel)
     _check_expert_parallel(model, parallel)
     _check_offload(cluster, parallel)
+    _check_activation_offload(model, cluster, parallel)
     if not cluster.gpu.supports(training.precision):
         raise SpecError("training.precision", f"{cluster.gpu.name} has no {training.precision.value} tensor cores", Rule.PRECISION)
     per_replica = parallel.dp_size * parallel.micro_batch_size
@@ -182,6 +183,34 @@ def _check_offload(cluster: ClusterSpec, parallel: ParallelConfig) -> None:
             f" got {int(parallel.zero_stage)}",
             Rule.OFFLOAD_NEEDS_ZERO,
         )
+
+
+def _check_activation_offload(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelConfig) -> None:
+    """Partial activation offload's structural rules (nothing to check at 0 layers), as
+    Megatron-core states them (NVIDIA/Megatron-LM 8f1c2f8, megatron/core/transformer/
+    transformer_config.py ``__post_init__``): fewer layers than the model has
+    ("CPU offloading can be done only for layers less than num_layers"; Transformer Engine's
+    default synchroniser asserts num_layers <= model_layers - 1), no pipeline parallelism ("no
+    support for Pipeline parallelism with CPU offloading"), no recomputation ("CPU offloading
+    does not work when activation recomputation is enabled"); and the host facts to cost the
+    copies with."""
+    layers = parallel.activation_offload_layers
+    if not layers:
+        return
+    field = "parallel.activation_offload_layers"
+    if not cluster.has_host_facts:
+        raise SpecError(
+            field,
+            f"activation offload needs the cluster's host_memory_gib, pcie_gbytes_per_s and host_memory_gbytes_per_s;"
+            f" {cluster.name} does not give them",
+            Rule.OFFLOAD_NEEDS_HOST,
+        )
+    if layers >= model.num_layers:
+        raise SpecError(field, f"{layers} layers offloaded, the model has {model.num_layers}: at most {model.num_layers - 1}", Rule.ACTIVATION_OFFLOAD_LAYERS)
+    if parallel.pp_size > 1:
+        raise SpecError(field, f"activation offload runs with pp_size 1, got {parallel.pp_size}", Rule.ACTIVATION_OFFLOAD_LAYERS)
+    if parallel.recompute is not Recompute.NONE or parallel.full_recompute_layers and any(parallel.full_recompute_layers):
+        raise SpecError(field, f"activation offload runs without recomputation, got recompute {parallel.recompute.value}", Rule.ACTIVATION_OFFLOAD_LAYERS)
 
 
 def _check_expert_parallel(model: ModelSpec, parallel: ParallelConfig) -> None:

@@ -38,11 +38,14 @@ class ParallelConfig:
     cp_size: int = 1  # last: positional construction (dp, tp, pp, ...) predates it
     ep_size: int = 1  # expert parallelism: carved from the dp x cp ranks (``expert_dp_size``)
     offload: Offload = Offload.NONE  # model states kept in host memory (solver.cost.offload)
+    activation_offload_layers: int = 0  # the first N layers' activations kept in host memory (solver.cost.offload)
 
     def __post_init__(self) -> None:
         for dimension in DIMENSIONS:
             if dimension.kind is Kind.COUNT:
                 check_positive_int(f"parallel.{dimension.name}", getattr(self, dimension.name))
+            elif dimension.kind is Kind.LAYERS:
+                dimension.config_value(getattr(self, dimension.name), f"parallel.{dimension.name}")
         try:
             object.__setattr__(self, "zero_stage", ZeroStage(self.zero_stage))
         except ValueError:

@@ -34,6 +34,7 @@ class Rule(str, Enum):
     OFFLOAD_NEEDS_HOST = "offload_needs_host"
     OFFLOAD_WITH_PP = "offload_with_pp"
     OFFLOAD_NEEDS_ZERO = "offload_needs_zero"
+    ACTIVATION_OFFLOAD_LAYERS = "activation_offload_layers"
     # Policy: costed, but a framework cannot run it or the request forbids it.
     TP_WITHIN_NODE = "tp_within_node"
     ZERO_WITH_PP = "zero_with_pp"
@@ -69,6 +70,10 @@ _SUMMARIES = {
     Rule.OFFLOAD_NEEDS_HOST: "offload needs the cluster's host memory, PCIe and host memory bandwidth",
     Rule.OFFLOAD_WITH_PP: "offload is planned without pipeline parallelism (pp_size 1)",
     Rule.OFFLOAD_NEEDS_ZERO: "offload steps each rank's ZeRO shard: stage 1 or more for the optimizer over several ranks, 3 for parameters",
+    Rule.ACTIVATION_OFFLOAD_LAYERS: (
+        "activation offload (Megatron-core cpu_offloading) runs on one pipeline stage, without recomputation,"
+        " for fewer layers than the model has"
+    ),
     Rule.TP_WITHIN_NODE: "tensor parallelism must stay inside a node (its NVLink domain, where that is larger or smaller)",
     Rule.ZERO_WITH_PP: "ZeRO-2/3 cannot be combined with pipeline parallelism",
     Rule.FRAMEWORK_ZERO: "the framework does not offer that ZeRO stage",
