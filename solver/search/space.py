@@ -57,6 +57,7 @@ class Shape:
     cp_size: int = 1
     ep_size: int = 1
     offload: Offload = Offload.NONE
+    activation_offload_layers: int = 0  # the first N layers' activations in host memory (one stage)
 
     @property
     def profile_shape(self) -> ProfileShape:
@@ -70,7 +71,7 @@ class Shape:
             built = ParallelConfig(
                 self.dp_size, self.tp_size, self.pp_size, ZeroStage(self.zero_stage), self.micro_batch_size,
                 self.base_recompute, self.virtual_stages, self.sequence_parallel, cp_size=self.cp_size, ep_size=self.ep_size,
-                offload=self.offload,
+                offload=self.offload, activation_offload_layers=self.activation_offload_layers,
             )
             self.__dict__["_uniform"] = built  # not a field: equality, order and hash ignore it
         return built
@@ -219,7 +220,24 @@ def shapes(run: SearchRun, num_gpus: int):
                     if v > 1 and (per_replica // mb) % pp:
                         run.reject(Rule.INTERLEAVE_MICRO_BATCHES)
                         continue
-                    yield Shape(num_gpus, dp, tp, pp, zero, mb, base, full, v, sp, cp, ep, offload)
+                    for layers in activation_offload_options(run, pp, base):
+                        # Offloading layers' activations runs without recomputation (full: none).
+                        yield Shape(num_gpus, dp, tp, pp, zero, mb, base, full and not layers, v, sp, cp, ep, offload, layers)
+
+
+def activation_offload_options(run: SearchRun, pp: int, base: Recompute) -> list[int]:
+    """Layer counts whose activations a shape may offload (``ParallelConfig.activation_offload_layers``):
+    0 unless the request names values for it (then those it admits below the model's layer
+    count), and only on one stage without recomputation, as Megatron-core runs it
+    (``solver.spec.legality._check_activation_offload``)."""
+    request = run.request
+    if "activation_offload_layers" not in request.constraints.allowed:
+        return [0]
+    admitted = [n for n in range(request.model.num_layers) if request.constraints.admits("activation_offload_layers", n)]
+    options = [n for n in admitted if n == 0 or (pp == 1 and base is Recompute.NONE)]
+    if len(options) < len(admitted):
+        run.reject(Rule.ACTIVATION_OFFLOAD_LAYERS)
+    return options
 
 
 def offload_zero_stages(offload: Offload, zero_stages: list[int], admitted: list[int], dp: int, cp: int) -> list[int]:
