@@ -122,16 +122,21 @@ def test_megatron_bf16_keeps_fp32_main_grads():
 
 
 def test_loss_memory_follows_the_stacks_cross_entropy():
-    """The head's activations are its peak at the loss: 16-bit logits plus the cross entropy's
-    tensors. Megatron's fused fp32 cross entropy: 2 + 4 bytes per logit; eager fp32 (torchtitan's
-    loss.py casts to float, then log_softmax keeps its output): 2 + 4 + 4; a 16-bit loss: 2 + 2.
-    Llama 3 8B, 16,384 tokens a micro-batch, vocabulary 128,256."""
+    """The head's activations are its peak at the loss, at the start of its backward
+    (``analytic.loss_peak_bytes_per_logit``): Megatron's fused fp32 cross entropy keeps 2 + 4
+    bytes per logit; torch.compile'd, the 16-bit logits and gradient, 2 + 2; eager fp32
+    (torchtitan's loss.py casts to float), log_softmax's output and two fp32 gradients, 4 + 4 + 4;
+    eager 16-bit, 2 + 2 + 2. A compiled loss runs eager without fused kernels. Llama 3 8B, 16,384
+    tokens a micro-batch, vocabulary 128,256."""
     from solver.cost.analytic import loss_peak_bytes_per_logit
-    from solver.spec.training import LossDtype
+    from solver.spec.training import LossDtype, LossKernel
 
-    assert loss_peak_bytes_per_logit(LossDtype.FP32, fused_kernels=True) == 6
-    assert loss_peak_bytes_per_logit(LossDtype.FP32, fused_kernels=False) == 10
-    assert loss_peak_bytes_per_logit(LossDtype.HALF, fused_kernels=False) == 4
+    for fused in (True, False):
+        assert loss_peak_bytes_per_logit(LossDtype.FP32, LossKernel.FUSED, fused) == 6
+        assert loss_peak_bytes_per_logit(LossDtype.FP32, LossKernel.EAGER, fused) == 12
+        assert loss_peak_bytes_per_logit(LossDtype.HALF, LossKernel.EAGER, fused) == 6
+    assert loss_peak_bytes_per_logit(LossDtype.FP32, LossKernel.COMPILED, True) == 4
+    assert loss_peak_bytes_per_logit(LossDtype.FP32, LossKernel.COMPILED, False) == 12
     model = catalog.get_model("llama3-8b")
     cluster = catalog.get_cluster("dgx-h100-x8")
     shape = ProfileShape(micro_batch_size=2)
@@ -140,8 +145,10 @@ def test_loss_memory_follows_the_stacks_cross_entropy():
         training = TrainingSpec(global_batch_size=16, seq_length=SEQ, fused_kernels=fused)
         heads[fused] = analytic_profile(model, cluster, training, shape).head.activation_bytes
     logits = 2 * SEQ * model.vocab_size
-    assert heads[False] - heads[True] == pytest.approx(4 * logits, abs=1)
+    assert heads[False] - heads[True] == pytest.approx(8 * logits, abs=1)
     assert catalog.get_stack_facts("torchtitan-2025")["loss_dtype"] == "fp32"
+    assert catalog.get_stack_facts("torchtitan-2025")["loss_kernel"] == "compiled"
+    assert catalog.get_stack_facts("megatron-core-2024")["loss_kernel"] == "fused"
     assert catalog.get_stack_facts("deepspeed-zero3")["loss_dtype"] == "half"
 
 

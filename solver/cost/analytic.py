@@ -43,7 +43,7 @@ from solver.cost.moe import MoeMlpCost, ep_comm_exposed_s, moe_mlp_cost
 from solver.cost.profile import LayerKind, LayerProfile, ModelProfile, ProfileShape
 from solver.spec.hardware import ClusterSpec, GpuSpec
 from solver.spec.model import Architecture, MlpActivation, ModelSpec
-from solver.spec.training import LossDtype, Precision, RecomputeModule, SelectiveRecompute, TrainingSpec
+from solver.spec.training import LossDtype, LossKernel, Precision, RecomputeModule, SelectiveRecompute, TrainingSpec
 
 BYTES_16BIT = 2
 BYTES_FP32 = 4
@@ -494,23 +494,30 @@ def _embedding_profile(
     )
 
 
-def loss_peak_bytes_per_logit(loss_dtype: LossDtype, fused_kernels: bool) -> int:
-    """Bytes per logit alive at the loss, at the end of the last forward pass: the 16-bit logits
-    the output layer writes (2) and the cross entropy's tensors, of which the last is what it
-    keeps for backward.
+def loss_peak_bytes_per_logit(loss_dtype: LossDtype, loss_kernel: LossKernel, fused_kernels: bool) -> int:
+    """Bytes per logit alive at the loss's peak, which is at the start of its backward (the
+    caller has dropped the 16-bit logits unless the loss keeps them: torchtitan's train.py
+    ``del pred`` before ``loss.backward()``).
 
-    fp32 loss, fused: Megatron's vocab-parallel cross entropy
-    (megatron/core/tensor_parallel/cross_entropy.py) casts the logits to fp32 and turns them
-    into the softmax in place, which it keeps: 2 + 4. Compiled PyTorch fuses the cast into the
-    softmax the same way. fp32 loss, eager: the fp32 copy (torchtitan/components/loss.py:
-    ``cross_entropy(pred.float(), ...)``; under autocast, cross_entropy is on the fp32 list), then
-    log_softmax's output, which it keeps for backward (derivatives.yaml: ``_log_softmax`` saves
-    its result): 2 + 4 + 4. 16-bit loss (a model cast to half, as DeepSpeed's fp16 engine runs
-    it, without autocast): log_softmax's 16-bit output beside the logits, 2 + 2, fused or not.
+    FUSED (a hand-written autograd function: Megatron's vocab-parallel cross entropy,
+    megatron/core/tensor_parallel/cross_entropy.py): the fp32 copy of the logits turned into the
+    softmax in place and saved, beside the 16-bit logits while its forward runs; backward writes
+    the gradient in place into the saved softmax and casts it to 16 bit: 2 + 4 (16-bit loss: 2 + 2).
+    COMPILED with ``fused_kernels`` (torch.compile: AOTAutograd's min-cut partition with
+    Inductor's decompositions saves the 16-bit logits and two fp32 numbers per row, the max and
+    the log-sum-exp, and its backward writes the 16-bit gradient from them, as
+    tests/test_memory_mechanisms.py reads off the partitioned graph): 2 + 2. EAGER (or COMPILED
+    without ``fused_kernels``): ``cross_entropy(pred.float(), ...)`` is log_softmax then nll_loss;
+    ``_log_softmax`` saves its output for backward (derivatives.yaml), nll_loss_backward writes a
+    dense gradient of the same shape, and ``_log_softmax_backward_data`` a new one beside both
+    before the cast back: 4 + 4 + 4 in fp32 (the fp32 copy and the 16-bit logits are gone by then;
+    the forward's peak, 2 + 4 + 4, is lower); 2 + 2 + 2 for a 16-bit loss (a model cast to half).
     """
-    if loss_dtype is LossDtype.HALF:
+    if loss_kernel is LossKernel.COMPILED and fused_kernels:
         return BYTES_16BIT + BYTES_16BIT
-    return BYTES_16BIT + BYTES_FP32 + (0 if fused_kernels else BYTES_FP32)
+    if loss_kernel is LossKernel.FUSED:
+        return BYTES_16BIT + (BYTES_16BIT if loss_dtype is LossDtype.HALF else BYTES_FP32)
+    return 3 * (BYTES_16BIT if loss_dtype is LossDtype.HALF else BYTES_FP32)
 
 
 def _head_profile(
@@ -643,7 +650,7 @@ def analytic_profile(
         layers += [_renamed(moe_layer if model.is_moe_layer(i) else dense_layer, f"layer.{i}") for i in range(model.num_layers)]
     else:
         layers += [dense_layer if i == 0 else _renamed(dense_layer, f"layer.{i}") for i in range(model.num_layers)]
-    loss_bytes = loss_peak_bytes_per_logit(training.loss_dtype, training.fused_kernels)
+    loss_bytes = loss_peak_bytes_per_logit(training.loss_dtype, training.loss_kernel, training.fused_kernels)
     head = _head_profile(model, cluster, training.precision, *args, loss_bytes_per_logit=loss_bytes)
     if model.mtp_num_layers:
         mtp_layer = moe_layer if mtp_layer_is_moe(model) else dense_layer

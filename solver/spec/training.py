@@ -70,6 +70,24 @@ class LossDtype(str, Enum):
     HALF = "half"
 
 
+class LossKernel(str, Enum):
+    """How the cross entropy runs, which sets what it holds at its peak
+    (``solver.cost.analytic.loss_peak_bytes_per_logit``).
+
+    FUSED: a hand-written fused cross entropy, whatever ``fused_kernels`` says (Megatron-core's
+    vocab_parallel_cross_entropy, flash-attn's cross entropy in llm-foundry). COMPILED: compiled
+    with the model when ``fused_kernels`` (torchtitan since 2025-04-02, commit bbb1b616e:
+    ``build_cross_entropy_loss`` wraps the loss in ``torch.compile`` when ``training.compile``),
+    else eager. EAGER: eager PyTorch whatever ``fused_kernels`` says (torchtitan before that
+    commit: "TODO: compiling loss function causes CUDA errors, turning off for now", train.py at
+    9dec370; Hugging Face model code).
+    """
+
+    FUSED = "fused"
+    COMPILED = "compiled"
+    EAGER = "eager"
+
+
 class SelectiveRecompute(str, Enum):
     """What a stack's selective recomputation keeps and what it recomputes.
 
@@ -180,6 +198,7 @@ class TrainingSpec:
     selective_recompute: SelectiveRecompute = SelectiveRecompute.ATTENTION
     grad_reduce: GradReduce = GradReduce.HALF
     loss_dtype: LossDtype = LossDtype.FP32
+    loss_kernel: LossKernel = LossKernel.COMPILED
     # Whether FP8-family GEMMs keep their inputs for backward in the low-precision copy they cast
     # (Transformer Engine's Linear / LayerNormLinear / LayerNormMLP save the FP8 input for the wgrad
     # GEMM) or in 16 bit (torchao's Float8Linear saves the high-precision input and casts again in
@@ -202,6 +221,7 @@ class TrainingSpec:
         object.__setattr__(self, "selective_recompute", SelectiveRecompute(self.selective_recompute))
         object.__setattr__(self, "grad_reduce", GradReduce(self.grad_reduce))
         object.__setattr__(self, "loss_dtype", LossDtype(self.loss_dtype))
+        object.__setattr__(self, "loss_kernel", LossKernel(self.loss_kernel))
         try:
             modules = tuple(sorted({RecomputeModule(m) for m in self.recompute_modules}, key=list(RecomputeModule).index))
         except (TypeError, ValueError):
