@@ -22,7 +22,10 @@ from bench.memory import (
     summarize,
 )
 
-# Today's result (bench/memory.py): 24 of 38 within 10%, MAPE 10.9%, the cross entropy's peak
+# Today's result (bench/memory.py): 27 of 38 within 10%, MAPE 11.4%: the head's loss peak and the
+# recompute working set taken as the larger of the two (they are never alive together), autocast's
+# 16-bit weight copies and fp32 gradients, DDP's bucket copy of the gradients, and the logits kept
+# through backward by torchtitan before #391 (24 of 38, 10.9% before). Before that: the cross entropy's peak
 # taken at the start of its backward and as each run's loss ran it (loss_kernel: fused, compiled,
 # eager; 15 of 38 and 16.5% before), each figure compared with
 # the quantity it counts (allocated, reserved or device-used), the loss's working set charged
@@ -31,7 +34,7 @@ from bench.memory import (
 # Megatron's fp32 main grads apply). Raise the floor and lower the ceiling as the memory model
 # improves; never the other way. The ceiling is loose on purpose (today + 8 points): it catches
 # a gross regression, not the drift of a term being reworked.
-WITHIN_TARGET_FLOOR = 24
+WITHIN_TARGET_FLOOR = 27
 MAPE_CEILING = 0.19
 
 RECORD_FIELDS = ("id", "source", "where_in_source", "quoted", "measured_gib", "measures", "run")

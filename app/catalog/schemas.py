@@ -392,6 +392,11 @@ class StackFacts(BaseModel):
     )
     low_precision_saved_inputs: bool = Field(description="FP8-family GEMMs keep their inputs for backward in the low-precision copy (Transformer Engine)")
     ep_comm_overlap: bool = Field(description="MoE dispatch and combine all-to-alls run beside another micro-batch's compute (combined 1F1B, DualPipe)")
+    autocast_weights: bool = Field(
+        description="fp32 parameters under torch.autocast: fp32 gradients and autocast's 16-bit copy of each weight (its memory)"
+    )
+    grad_bucket_copy: bool = Field(description="PyTorch DDP's all-reduce buckets are a second copy of the gradients (gradient_as_bucket_view off)")
+    loss_keeps_logits: bool = Field(description="the training loop still references the 16-bit logits when backward starts (its memory at the loss)")
 
 
 class StackFactSources(BaseModel):
@@ -413,6 +418,9 @@ class StackFactSources(BaseModel):
     loss_kernel: str
     low_precision_saved_inputs: str
     ep_comm_overlap: str
+    autocast_weights: str
+    grad_bucket_copy: str
+    loss_keeps_logits: str
 
 
 class StackEntry(BaseModel):

@@ -77,6 +77,15 @@ class Training(BaseModel):
     ep_comm_overlap: Flag | None = Field(
         None, description="MoE dispatch and combine all-to-alls run beside another micro-batch's compute (combined 1F1B, DualPipe); null: the stack's"
     )
+    autocast_weights: Flag | None = Field(
+        None, description="fp32 parameters under torch.autocast: fp32 gradients and autocast's 16-bit copy of each weight; null: the stack's"
+    )
+    grad_bucket_copy: Flag | None = Field(
+        None, description="PyTorch DDP's all-reduce buckets are a second copy of the gradients (gradient_as_bucket_view off); null: the stack's"
+    )
+    loss_keeps_logits: Flag | None = Field(
+        None, description="the training loop still references the 16-bit logits when backward starts; null: the stack's"
+    )
     # Megatron-core's --recompute-modules (solver.spec.training.RecomputeModule): what a selectively
     # recomputed layer recomputes where the stack's selective mode is "attention".
     recompute_modules: list[Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act"]] | None = Field(

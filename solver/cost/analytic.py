@@ -494,7 +494,7 @@ def _embedding_profile(
     )
 
 
-def loss_peak_bytes_per_logit(loss_dtype: LossDtype, loss_kernel: LossKernel, fused_kernels: bool) -> int:
+def loss_peak_bytes_per_logit(loss_dtype: LossDtype, loss_kernel: LossKernel, fused_kernels: bool, keeps_logits: bool = False) -> int:
     """Bytes per logit alive at the loss's peak, which is at the start of its backward (the
     caller has dropped the 16-bit logits unless the loss keeps them: torchtitan's train.py
     ``del pred`` before ``loss.backward()``).
@@ -512,12 +512,17 @@ def loss_peak_bytes_per_logit(loss_dtype: LossDtype, loss_kernel: LossKernel, fu
     dense gradient of the same shape, and ``_log_softmax_backward_data`` a new one beside both
     before the cast back: 4 + 4 + 4 in fp32 (the fp32 copy and the 16-bit logits are gone by then;
     the forward's peak, 2 + 4 + 4, is lower); 2 + 2 + 2 for a 16-bit loss (a model cast to half).
+
+    ``keeps_logits`` (``TrainingSpec.loss_keeps_logits``): the training loop still references the
+    16-bit logits when backward starts, 2 bytes more (torchtitan before e29b6b4d4, #391, "del
+    logits=(bs, seq_len, vocab_size) to save 3.9G memory"); the compiled loss saves them anyway.
     """
     if loss_kernel is LossKernel.COMPILED and fused_kernels:
         return BYTES_16BIT + BYTES_16BIT
+    kept_logits = BYTES_16BIT if keeps_logits else 0
     if loss_kernel is LossKernel.FUSED:
-        return BYTES_16BIT + (BYTES_16BIT if loss_dtype is LossDtype.HALF else BYTES_FP32)
-    return 3 * (BYTES_16BIT if loss_dtype is LossDtype.HALF else BYTES_FP32)
+        return kept_logits + BYTES_16BIT + (BYTES_16BIT if loss_dtype is LossDtype.HALF else BYTES_FP32)
+    return kept_logits + 3 * (BYTES_16BIT if loss_dtype is LossDtype.HALF else BYTES_FP32)
 
 
 def _head_profile(
@@ -650,7 +655,7 @@ def analytic_profile(
         layers += [_renamed(moe_layer if model.is_moe_layer(i) else dense_layer, f"layer.{i}") for i in range(model.num_layers)]
     else:
         layers += [dense_layer if i == 0 else _renamed(dense_layer, f"layer.{i}") for i in range(model.num_layers)]
-    loss_bytes = loss_peak_bytes_per_logit(training.loss_dtype, training.loss_kernel, training.fused_kernels)
+    loss_bytes = loss_peak_bytes_per_logit(training.loss_dtype, training.loss_kernel, training.fused_kernels, training.loss_keeps_logits)
     head = _head_profile(model, cluster, training.precision, *args, loss_bytes_per_logit=loss_bytes)
     if model.mtp_num_layers:
         mtp_layer = moe_layer if mtp_layer_is_moe(model) else dense_layer

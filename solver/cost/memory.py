@@ -42,9 +42,19 @@ def pipelined_sharding(zero_stage: ZeroStage, pp_size: int) -> bool:
     return zero_stage >= ZeroStage.OS_G and pp_size > 1
 
 
+# torch.autocast over fp32 parameters: the fp32 parameters are the master weights (4 bytes),
+# their gradients fp32 (4), and autocast casts each weight to 16 bit (2) once per forward; the copy
+# stays alive until the autocast region ends (its cast cache: aten/src/ATen/autocast_mode.cpp
+# cached_cast, "cache fp16 casts of fp32 model weights (leaves)") or, saved by the GEMM for
+# backward, until the layer's backward. At the forward's end every weight's copy is alive.
+AUTOCAST_MASTER_BYTES_PER_PARAM = 4
+AUTOCAST_GRAD_BYTES_PER_PARAM = 4
+AUTOCAST_COPY_BYTES_PER_PARAM = 2
+
+
 def model_state_bytes(
     parameter_count: float, zero_stage: ZeroStage, dp_size: int, optimizer: OptimizerKind, pp_size: int = 1,
-    grad_bytes_per_param: int = GRAD_BYTES_PER_PARAM,
+    grad_bytes_per_param: int = GRAD_BYTES_PER_PARAM, autocast_weights: bool = False, grad_bucket_copy: bool = False,
 ) -> dict[str, float]:
     """Weights, gradients and optimizer states of ``parameter_count`` parameters on one GPU.
 
@@ -55,11 +65,28 @@ def model_state_bytes(
     whose distributed optimizer then holds 6 + 12/d bytes per parameter, Megatron-LM
     docs/source/distrib_optimizer.md; FSDP's fp32 reduce dtype, whose sharded gradients are fp32;
     ``solver.spec.training.GradReduce``).
+
+    ``autocast_weights`` (torch.autocast over fp32 parameters): the weights are the fp32 master
+    copy plus autocast's 16-bit cast of each (4 + 2), the gradients fp32 (4) and the optimizer
+    holds its moments alone (K - 4): 2 bytes per parameter more than a 16-bit model beside an fp32
+    master, the cast copies (torch.amp autocast: aten/src/ATen/autocast_mode.cpp ``cached_cast``
+    caches the cast of every leaf fp32 tensor that requires grad until the outermost autocast
+    region exits; the GEMMs save the same copies for backward). ``grad_bucket_copy`` (PyTorch DDP
+    without ``gradient_as_bucket_view``): the reducer's buckets, allocated when DDP wraps the
+    model, are a second copy of the gradients (torch/nn/parallel/distributed.py: with the view
+    "the saved memory size will be equal to the total gradients size"); replicated gradients only
+    (ZeRO 0).
     """
     k = OPTIMIZER_BYTES_PER_PARAM[optimizer]
     weights = WEIGHT_BYTES_PER_PARAM * parameter_count
     gradients = grad_bytes_per_param * parameter_count
     states = k * parameter_count
+    if autocast_weights:
+        weights = (AUTOCAST_MASTER_BYTES_PER_PARAM + AUTOCAST_COPY_BYTES_PER_PARAM) * parameter_count
+        gradients = AUTOCAST_GRAD_BYTES_PER_PARAM * parameter_count
+        states = (k - AUTOCAST_MASTER_BYTES_PER_PARAM) * parameter_count
+    if grad_bucket_copy and zero_stage is ZeroStage.NONE and dp_size > 1:
+        gradients *= 2
     if zero_stage >= ZeroStage.OS:
         states /= dp_size
     if pipelined_sharding(zero_stage, pp_size):

@@ -103,6 +103,8 @@ class StagePolicy:
     grad_bytes_per_param: int = GRAD_BYTES_PER_PARAM  # the stack's gradient dtype (TrainingSpec.grad_bytes_per_param)
     offload: Offload = Offload.NONE  # what lives in host memory (ParallelConfig.offload)
     activation_offload_layers: int = 0  # the stage's first N layers' activations go to the host
+    autocast_weights: bool = False  # fp32 parameters under torch.autocast (TrainingSpec.autocast_weights)
+    grad_bucket_copy: bool = False  # DDP's buckets beside the gradients (TrainingSpec.grad_bucket_copy)
 
     @staticmethod
     def of(gpu: GpuSpec, parallel: ParallelConfig, training: TrainingSpec, num_micro_batches: int) -> "StagePolicy":
@@ -110,7 +112,7 @@ class StagePolicy:
             gpu, parallel.zero_stage, parallel.dp_cp_size, training.optimizer, num_micro_batches,
             Recompute.SELECTIVE if parallel.recompute is Recompute.SELECTIVE else Recompute.NONE,
             parallel.pp_size, parallel.ep_size, training.grad_bytes_per_param, parallel.offload,
-            parallel.activation_offload_layers,
+            parallel.activation_offload_layers, training.autocast_weights, training.grad_bucket_copy,
         )
 
     @property
@@ -188,14 +190,23 @@ def stage_buffer_bytes(largest_layer_parameter_count: float, stage_parameter_cou
 
 
 def extras_activation_bytes(
-    in_flight: float, embedding: LayerProfile | None, head: LayerProfile | None, mode: Recompute = Recompute.NONE
+    in_flight: float, embedding: LayerProfile | None, head: LayerProfile | None, mode: Recompute = Recompute.NONE,
+    working_bytes: float = 0.0,
 ) -> float:
     """Activations of the embedding (first stage, ``in_flight`` micro-batches of it) and of the
     head (last stage: it runs one micro-batch at a time, so one micro-batch of logits, and of a
-    multi-token-prediction layer's activations, kept as ``mode`` keeps them)."""
-    return (in_flight * embedding.activation_bytes if embedding is not None else 0) + (
-        head.kept_bytes(mode) if head is not None else 0
-    )
+    multi-token-prediction layer's activations, kept as ``mode`` keeps them), beyond the stage's
+    recompute working set ``working_bytes``.
+
+    The head's peak (the loss's tensors at the start of its backward) and a recomputed layer's
+    working set are never alive together: autograd frees each node's saved tensors once its
+    backward has run, so the loss's, the logits' gradient and the head's inputs are gone before
+    the last transformer layer's backward unpacks its checkpoint and recomputes it
+    (torch/utils/checkpoint.py: recomputation runs inside the layer's own backward node; Megatron's
+    ``CheckpointFunction.backward`` likewise). The stage's peak holds the larger of the two, so the
+    head adds what it holds beyond the working set (``activation_bytes`` counts the working set)."""
+    head_bytes = max(0.0, head.kept_bytes(mode) - working_bytes) if head is not None else 0
+    return (in_flight * embedding.activation_bytes if embedding is not None else 0) + head_bytes
 
 
 def recompute_working_bytes(layer: LayerProfile, mode: Recompute = Recompute.FULL) -> int:
@@ -223,14 +234,20 @@ def state_bytes_per_parameter(parallel: ParallelConfig, training: TrainingSpec) 
     """Bytes of model state per parameter on one GPU (weights + gradients + optimizer states),
     ZeRO sharding over the dp x cp ranks that hold the same parameters; what is offloaded is not
     on the GPU."""
-    states = model_state_bytes(1.0, parallel.zero_stage, parallel.dp_cp_size, training.optimizer, parallel.pp_size, training.grad_bytes_per_param)
+    states = model_state_bytes(
+        1.0, parallel.zero_stage, parallel.dp_cp_size, training.optimizer, parallel.pp_size, training.grad_bytes_per_param,
+        training.autocast_weights, training.grad_bucket_copy,
+    )
     return sum(gpu_model_states(states, parallel.offload, parallel.zero_stage).values())
 
 
 def expert_state_bytes_per_parameter(parallel: ParallelConfig, training: TrainingSpec) -> float:
     """``state_bytes_per_parameter`` for a routed expert's parameter: ZeRO shards it over the
     dp x cp / ep ranks that hold the same experts (``ParallelConfig.expert_dp_size``)."""
-    states = model_state_bytes(1.0, parallel.zero_stage, parallel.expert_dp_size, training.optimizer, parallel.pp_size, training.grad_bytes_per_param)
+    states = model_state_bytes(
+        1.0, parallel.zero_stage, parallel.expert_dp_size, training.optimizer, parallel.pp_size, training.grad_bytes_per_param,
+        training.autocast_weights, training.grad_bucket_copy,
+    )
     return sum(gpu_model_states(states, parallel.offload, parallel.zero_stage).values())
 
 
@@ -239,12 +256,12 @@ def stage_state_bytes(parameter_count: float, expert_parameter_count: float, pol
     GPU: the routed experts' ``expert_parameter_count`` of them sharded over the expert-data-parallel
     ranks (Megatron-core's distributed optimizer shards expert parameters over its expert
     data-parallel group), the rest over dp x cp."""
-    grad_bytes = policy.grad_bytes_per_param
+    flags = (policy.grad_bytes_per_param, policy.autocast_weights, policy.grad_bucket_copy)
     states = model_state_bytes(
-        parameter_count - expert_parameter_count, policy.zero_stage, policy.dp_size, policy.optimizer, policy.pp_size, grad_bytes
+        parameter_count - expert_parameter_count, policy.zero_stage, policy.dp_size, policy.optimizer, policy.pp_size, *flags
     )
     if expert_parameter_count:
-        experts = model_state_bytes(expert_parameter_count, policy.zero_stage, policy.expert_dp_size, policy.optimizer, policy.pp_size, grad_bytes)
+        experts = model_state_bytes(expert_parameter_count, policy.zero_stage, policy.expert_dp_size, policy.optimizer, policy.pp_size, *flags)
         states = {key: states[key] + experts[key] for key in states}
     return states
 
@@ -307,7 +324,7 @@ def stage_cost(
         gradients=states["gradients"],
         optimizer_states=states["optimizer_states"],
         activations=activation_bytes(in_flight, kept, working) + checkpoint_buffer_bytes(max(offloaded, default=0), policy.offload),
-        embedding_and_logits=extras_activation_bytes(in_flight, embedding, head, base),
+        embedding_and_logits=extras_activation_bytes(in_flight, embedding, head, base, working),
         zero3_gather_buffers=stage_buffer_bytes(largest, params, policy),
     )
     memory = StageMemory(**allocated, reserve=reserve_bytes(sum(allocated.values())))

@@ -257,8 +257,13 @@ def partition_problem(
             budget.append(middle[2])
             continue
         extras = [layer for layer, here in ((embedding, first_stage), (head, last_stage)) if layer is not None and here]
+        # The head's peak and the base's working set are alive one after the other
+        # (stage.extras_activation_bytes): the head adds what it holds beyond the base's. A stage
+        # that recomputes adds the full working set's excess over the base's on top, which may
+        # overcount the head's stage (the head's peak against the larger working set), never under.
         fixed = gather_buffers + extras_activation_bytes(
-            in_flight[stage], embedding if first_stage else None, head if last_stage else None, policy.base_recompute
+            in_flight[stage], embedding if first_stage else None, head if last_stage else None, policy.base_recompute,
+            base_working_kib * KIB_BYTES,
         )
         extra_params = sum(layer.parameter_count for layer in extras)
         extra_experts = sum(layer.expert_parameter_count for layer in extras)  # a head's MTP layer has experts

@@ -209,6 +209,22 @@ class TrainingSpec:
     # ``--overlap-moe-expert-parallel-comm``, 0.14+, off by default; DeepSeek-V3's DualPipe, arXiv
     # 2412.19437 Sec 3.2.1) or on the compute stream, waited for (False). Dense layers are untouched.
     ep_comm_overlap: bool = False
+    # Whether the model's parameters stay fp32 and the 16-bit compute comes from torch.autocast
+    # (torch.cuda.amp: Hugging Face Trainer's fp16/bf16, Lightning's precision 16) rather than from
+    # a 16-bit model beside an fp32 master copy (Megatron, DeepSpeed's fp16 engine, apex AMP O2,
+    # FSDP's gathered copies). The parameters are then the master weights and the gradients fp32,
+    # and autocast's 16-bit cast of each weight is one more copy alive at the peak
+    # (solver.cost.memory.model_state_bytes).
+    autocast_weights: bool = False
+    # Whether PyTorch DDP keeps its all-reduce buckets beside the gradients, a second copy of them
+    # (torch.nn.parallel.DistributedDataParallel's gradient_as_bucket_view, default False: "the
+    # saved memory size will be equal to the total gradients size" when True). False where the
+    # gradients are the buckets or no persistent buckets exist (apex DDP, FSDP, ZeRO, Megatron).
+    grad_bucket_copy: bool = False
+    # Whether the training loop still references the 16-bit logits when backward starts, beside
+    # the loss's own tensors (solver.cost.analytic.loss_peak_bytes_per_logit): torchtitan before
+    # e29b6b4d4 (2024-06-12, #391: "del logits=(bs, seq_len, vocab_size) to save 3.9G memory").
+    loss_keeps_logits: bool = False
     # What selective recomputation recomputes in a Megatron-style stack (``RecomputeModule``).
     recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES
 
