@@ -88,13 +88,19 @@ SHAPES = {
     "context_parallel": PlanToExport(LLAMA, LLAMA_LONG, ParallelConfig(
         dp_size=2, tp_size=2, pp_size=2, cp_size=2, zero_stage=ZeroStage.OS, micro_batch_size=1,
         sequence_parallel=True), 8),
+    # Megatron-FSDP (ZeRO-3) with TP, and the first 12 of 32 layers' activations in host memory
+    # (as Megatron-Bridge's Llama 3 70B GB200/GB300 presets run: 16 GPUs).
+    "fsdp_activation_offload": PlanToExport(LLAMA, GPT_TRAINING, ParallelConfig(
+        dp_size=8, tp_size=2, zero_stage=ZeroStage.OS_G_P, micro_batch_size=1, sequence_parallel=True,
+        activation_offload_layers=12), 8),
 }
 
 # What each framework changes of each shape (the fields named by the export's differences).
 EXPECTED_DIFFERENCES = {
     ExportFormat.MEGATRON: {
-        "pp1": [], "uneven_stages": [], "interleaved": [], "zero3": ["parallel.zero_stage"],
+        "pp1": [], "uneven_stages": [], "interleaved": [], "zero3": [],
         "per_stage_recompute": ["parallel.full_recompute_layers"], "block_recompute": [], "context_parallel": [],
+        "fsdp_activation_offload": [],
     },
     ExportFormat.DEEPSPEED: {
         "pp1": [],
@@ -104,6 +110,7 @@ EXPECTED_DIFFERENCES = {
         "per_stage_recompute": ["parallel.full_recompute_layers", "training.overlap_grad_reduce"],
         "block_recompute": ["parallel.full_recompute_layers", "training.overlap_grad_reduce"],
         "context_parallel": ["parallel.cp_size", "parallel.dp_size", "training.overlap_grad_reduce"],
+        "fsdp_activation_offload": ["parallel.activation_offload_layers"],
     },
     ExportFormat.TORCHTITAN: {
         "pp1": ["parallel.zero_stage"],
@@ -113,10 +120,12 @@ EXPECTED_DIFFERENCES = {
         "per_stage_recompute": ["parallel.zero_stage", "parallel.recompute"],
         "block_recompute": ["parallel.zero_stage", "parallel.recompute"],
         "context_parallel": ["parallel.zero_stage"],
+        "fsdp_activation_offload": ["parallel.activation_offload_layers"],
     },
     ExportFormat.NEMO: {
         "pp1": [], "uneven_stages": [], "interleaved": [], "zero3": ["parallel.zero_stage"],
         "per_stage_recompute": ["parallel.full_recompute_layers"], "block_recompute": [], "context_parallel": [],
+        "fsdp_activation_offload": ["parallel.zero_stage"],
     },
 }
 
@@ -128,6 +137,9 @@ MEGATRON_LM_FLAGS = {
     "--transformer-impl", "--group-query-attention", "--seq-length", "--max-position-embeddings",
     "--position-embedding-type", "--swiglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights",
     "--no-bias-gelu-fusion", "--no-bias-swiglu-fusion", "--no-masked-softmax-fusion", "--no-bias-dropout-fusion",
+    # Megatron-FSDP: DistributedInitConfig's use_megatron_fsdp, the sharding strategy's own flag,
+    # TrainingConfig's ckpt_format, and gradient_accumulation_fusion's negative flag.
+    "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--ckpt-format", "--no-gradient-accumulation-fusion",
 }
 # Megatron-DeepSpeed's pretrain_gpt.py flags (megatron/arguments.py); --deepspeed and
 # --deepspeed_config are DeepSpeed's own (checked with its parser below).
@@ -163,7 +175,7 @@ def _file(export, name):
 def script_arguments(text: str, program: str) -> tuple[list[str], dict[str, Any]]:
     """The launcher's tokens and the program's flags of a script: None for a switch, the value,
     or the list of values of a flag that takes several (argparse nargs)."""
-    body = " ".join(line.rstrip("\\").strip() for line in text.splitlines() if line and not line.startswith(("#", "set ", "export ")))
+    body = " ".join(line.rstrip("\\").strip() for line in text.splitlines() if line and not line.startswith(("#", "set ", "export ", "unset ")))
     tokens = shlex.split(body.replace("${EXTRA_ARGS:-}", ""))
     at = tokens.index(program)
     launcher, rest = tokens[:at], tokens[at + 1:]
@@ -215,6 +227,10 @@ def megatron_configs(export, plan: PlanToExport):
         kwargs.update(gated_linear_unit=True, activation_func=torch.nn.functional.silu)
     if "--disable-bias-linear" in flags:
         kwargs["add_bias_linear"] = False
+    if "--no-gradient-accumulation-fusion" in flags:
+        kwargs["gradient_accumulation_fusion"] = False
+    if kwargs.get("cpu_offloading_num_layers", 0) > 0:
+        kwargs["cpu_offloading"] = True  # Megatron-LM's validate_args: cpu_offloading has no flag of its own
     per_stage = flags.get("--num-layers-per-virtual-pipeline-stage")
     if per_stage is not None:
         chunks = plan.model.num_layers // int(per_stage)
@@ -224,6 +240,8 @@ def megatron_configs(export, plan: PlanToExport):
         use_distributed_optimizer="--use-distributed-optimizer" in flags,
         overlap_grad_reduce="--overlap-grad-reduce" in flags,
         overlap_param_gather="--overlap-param-gather" in flags,
+        use_megatron_fsdp="--use-megatron-fsdp" in flags,
+        data_parallel_sharding_strategy=flags.get("--data-parallel-sharding-strategy", "no_shard"),
     )
     # megatron-core's data-parallel size: the world over tp x pp x cp (parallel_state).
     model_parallel = config.tensor_model_parallel_size * config.pipeline_model_parallel_size * config.context_parallel_size
@@ -242,7 +260,14 @@ def test_megatron_core_reads_the_megatron_export(shape):
         exported.dp_size, exported.tp_size, exported.pp_size, exported.cp_size)
     assert batches.num_micro_batches == plan.num_micro_batches
     assert config.sequence_parallel is (exported.sequence_parallel and exported.tp_size > 1)
-    assert ddp.use_distributed_optimizer is (exported.zero_stage == ZeroStage.OS)
+    # ZeRO-1: the distributed optimizer; ZeRO-2/3: Megatron-FSDP beside it.
+    assert ddp.use_distributed_optimizer is (exported.zero_stage >= ZeroStage.OS)
+    assert ddp.use_megatron_fsdp is (exported.zero_stage >= ZeroStage.OS_G)
+    strategy = {ZeroStage.OS_G: "optim_grads", ZeroStage.OS_G_P: "optim_grads_params"}.get(exported.zero_stage, "no_shard")
+    assert ddp.data_parallel_sharding_strategy == strategy
+    assert (config.cpu_offloading, config.cpu_offloading_num_layers) == (
+        exported.activation_offload_layers > 0, exported.activation_offload_layers)
+    assert not config.cpu_offloading_weights  # activations only, as the cost model moves them
     chunks = plan.chunk_layers(exported)
     layout = config.pipeline_model_parallel_layout
     if layout is not None:  # megatron-core's own layout: layers of each rank's chunks
@@ -276,6 +301,47 @@ def test_megatron_uneven_stages_are_a_layout_and_fp8_is_hybrid():
     assert flags["--recompute-granularity"] == "selective"
     config, *_ = megatron_configs(export_plan(SHAPES["interleaved"], ExportFormat.MEGATRON), SHAPES["interleaved"])
     assert (config.fp8, config.virtual_pipeline_model_parallel_size, config.num_query_groups) == ("hybrid", 2, 8)
+
+
+def test_megatron_runs_zero3_as_megatron_fsdp_with_activation_offload():
+    plan = SHAPES["fsdp_activation_offload"]
+    export = export_plan(plan, ExportFormat.MEGATRON)
+    text = _file(export, "pretrain_gpt.sh").text
+    _, flags = script_arguments(text, "pretrain_gpt.py")
+    assert export.exact
+    assert {k: flags[k] for k in (
+        "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--ckpt-format", "--no-gradient-accumulation-fusion",
+        "--use-distributed-optimizer", "--cpu-offloading-num-layers",
+    )} == {
+        "--use-megatron-fsdp": None, "--data-parallel-sharding-strategy": "optim_grads_params", "--ckpt-format": "fsdp_dtensor",
+        "--no-gradient-accumulation-fusion": None, "--use-distributed-optimizer": None, "--cpu-offloading-num-layers": "12",
+    }
+    # Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 under Megatron-FSDP (TP alone sets it to 1).
+    assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in text and "CUDA_DEVICE_MAX_CONNECTIONS=1" not in text
+    config, ddp, _, _ = megatron_configs(export, plan)
+    assert (config.cpu_offloading, config.cpu_offloading_num_layers, config.gradient_accumulation_fusion) == (True, 12, False)
+    assert (ddp.use_megatron_fsdp, ddp.data_parallel_sharding_strategy) == (True, "optim_grads_params")
+    zero2 = dataclasses.replace(plan, parallel=dataclasses.replace(plan.parallel, zero_stage=ZeroStage.OS_G, activation_offload_layers=0))
+    _, flags = script_arguments(_file(export_plan(zero2, ExportFormat.MEGATRON), "pretrain_gpt.sh").text, "pretrain_gpt.py")
+    assert flags["--data-parallel-sharding-strategy"] == "optim_grads" and "--cpu-offloading-num-layers" not in flags
+
+
+def test_megatron_core_refuses_activation_offload_as_the_planner_does():
+    # The planner's legality (one stage, no recomputation, N < layers) is megatron-core's own.
+    base = dict(num_layers=32, hidden_size=4096, num_attention_heads=32, cpu_offloading=True)
+    TransformerConfig(**base, cpu_offloading_num_layers=31)
+    for change in (dict(cpu_offloading_num_layers=32), dict(cpu_offloading_num_layers=8, pipeline_model_parallel_size=2,
+                   pipeline_dtype=torch.bfloat16), dict(cpu_offloading_num_layers=8, recompute_granularity="selective")):
+        with pytest.raises(ValueError):
+            TransformerConfig(**{**base, **change})
+
+
+def test_megatron_zero3_under_a_pipeline_becomes_zero1():
+    plan = SHAPES["interleaved"]
+    zero3 = dataclasses.replace(plan, parallel=dataclasses.replace(plan.parallel, zero_stage=ZeroStage.OS_G_P))
+    export = export_plan(zero3, ExportFormat.MEGATRON)
+    assert [(d.field, d.planned, d.exported) for d in export.differences] == [("parallel.zero_stage", "3", "1")]
+    assert "Megatron-FSDP" in export.differences[0].reason
 
 
 # --------------------------------------------------------------------------- DeepSpeed
@@ -447,6 +513,18 @@ def test_nemo_uneven_first_and_last_stages():
     export = export_plan(uneven_middle, ExportFormat.NEMO)
     assert not export.exact
     assert [(d.field, d.planned, d.exported) for d in export.differences] == [("parallel.stage_layers", "[6, 5, 7, 6]", "[6, 6, 6, 6]")]
+
+
+def test_nemo_writes_activation_offload_as_megatron_core_fields():
+    plan = SHAPES["fsdp_activation_offload"]
+    zero1 = dataclasses.replace(plan, parallel=dataclasses.replace(plan.parallel, zero_stage=ZeroStage.OS))
+    export = export_plan(zero1, ExportFormat.NEMO)
+    model = yaml.safe_load(_file(export, "nemo_overrides.yaml").text)["model"]
+    assert export.exact
+    # NeMo's config defaults cpu_offloading_weights to True: written False (activations only).
+    assert {k: model[k] for k in ("cpu_offloading", "cpu_offloading_num_layers", "cpu_offloading_activations", "cpu_offloading_weights")} == {
+        "cpu_offloading": True, "cpu_offloading_num_layers": 12, "cpu_offloading_activations": True, "cpu_offloading_weights": False,
+    }
 
 
 # --------------------------------------------------------------------------- recompute modules

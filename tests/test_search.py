@@ -190,7 +190,8 @@ def test_memory_fraction_and_framework_are_honoured():
     request = _request(3.0, constraints=c, top_k=5)
     for candidate in search(request).candidates:
         assert candidate.evaluation.peak_bytes <= 0.6 * 3.0 * GIB
-        assert candidate.parallel.zero_stage <= 1
+        # ZeRO-2/3 is Megatron-FSDP, which Megatron runs with one pipeline stage only.
+        assert candidate.parallel.zero_stage <= 1 or candidate.parallel.pp_size == 1
     fsdp = search(_request(3.0, constraints=Constraints.parse({"framework": "fsdp"}), top_k=5))
     for candidate in fsdp.candidates:
         assert candidate.parallel.pp_size == 1 and candidate.parallel.zero_stage in (0, 2, 3)

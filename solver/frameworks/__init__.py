@@ -2,8 +2,8 @@
 framework (``megatron``, ``deepspeed``, ``fsdp``, ``torchtitan``, ``nemo``), each with its rules
 as ``violations(parallel)`` and, where a plan can be exported to it, ``export(plan)``.
 ``framework_violations`` asks the one a request names. 'any' accepts what at least one of them
-runs, which rules out only ZeRO-2/3 with pipeline parallelism (no framework here runs it);
-Megatron (and NeMo, through it) and torchtitan run context parallelism, DeepSpeed and FSDP do not.
+runs; Megatron (and NeMo, through it) and torchtitan run context parallelism, DeepSpeed and FSDP
+do not; only Megatron (and NeMo) offload the first N layers' activations (``activation_offload_layers``).
 ``export_plan`` writes a plan in a framework's launch config (see ``solver.frameworks.export``);
 ``export_violations`` and ``export_mechanics`` say how to judge what an export runs.
 ``nearest_exact`` is what a framework runs exactly nearest to a configuration: each module's
@@ -27,7 +27,9 @@ __all__ = [
 ]
 
 # The rules a framework itself sets (as opposed to structure, placement or memory).
-FRAMEWORK_RULES = frozenset({Rule.ZERO_WITH_PP, Rule.FRAMEWORK_ZERO, Rule.FRAMEWORK_PP, Rule.FRAMEWORK_CP, Rule.FRAMEWORK_EP})
+FRAMEWORK_RULES = frozenset({
+    Rule.ZERO_WITH_PP, Rule.FRAMEWORK_ZERO, Rule.FRAMEWORK_PP, Rule.FRAMEWORK_CP, Rule.FRAMEWORK_EP, Rule.FRAMEWORK_ACTIVATION_OFFLOAD,
+})
 
 # The frameworks the planner knows, each with its own rules.
 _CONCRETE = {

@@ -32,6 +32,7 @@ from solver.frameworks.export import (
     recompute_form,
     render_shell,
     resplit,
+    without_activation_offload,
 )
 from solver.spec.dimensions import Offload
 from solver.spec.legality import offload_zero_stage, uniform_partition
@@ -49,6 +50,14 @@ DEFAULT_BUCKET_ELEMENTS = 500_000_000
 # prefetched, as the cost model counts its buffers (solver.cost.memory.ZERO3_PREFETCHED_LAYERS;
 # a test holds the two equal: solver.cost imports this package, so it cannot be imported here).
 ZERO3_GATHERED_LAYERS = 2
+
+
+# DeepSpeed's one activation offload (activation_checkpointing.cpu_checkpointing) moves the
+# checkpoints of recomputed layers; it has no offload of layers that are not recomputed.
+ACTIVATION_OFFLOAD_REASON = (
+    "DeepSpeed moves activations to the host only as the checkpoints of recomputed layers (cpu_checkpointing);"
+    " it has no offload of the first N layers' activations without recomputation"
+)
 
 
 def pipeline_zero_violations(parallel: ParallelConfig) -> list[Violation]:
@@ -70,6 +79,8 @@ def violations(parallel: ParallelConfig) -> list[Violation]:
             Rule.FRAMEWORK_CP,
             f"Megatron-DeepSpeed has no ring context parallelism; cp_size {parallel.cp_size} is not available",
         ))
+    if parallel.activation_offload_layers:
+        out.append(Violation(Rule.FRAMEWORK_ACTIVATION_OFFLOAD, ACTIVATION_OFFLOAD_REASON))
     return out
 
 
@@ -122,6 +133,10 @@ def exact_config(plan: PlanToExport) -> Nearest:
             " launch config does not write: every GPU holds all experts (more memory, no all-to-all)",
         ))
         parallel = replace(parallel, ep_size=1)
+    parallel, dropped = without_activation_offload(
+        parallel, ACTIVATION_OFFLOAD_REASON + ": every layer's activations stay on the GPU, more memory than planned",
+    )
+    out += dropped
     pp = parallel.pp_size
     if parallel.zero_stage >= ZeroStage.OS_G and pp > 1:
         out.append(differs(

@@ -204,6 +204,16 @@ def fold_context_parallel(
     return replace(parallel, cp_size=1, dp_size=replicas, micro_batch_size=micro), training, tuple(out)
 
 
+def without_activation_offload(parallel: ParallelConfig, reason: str) -> tuple[ParallelConfig, tuple["Difference", ...]]:
+    """For a framework without partial activation offload (``activation_offload_layers``, Megatron-core's
+    cpu_offloading_num_layers): the same configuration keeping every layer's activations on the GPU."""
+    if not parallel.activation_offload_layers:
+        return parallel, ()
+    return replace(parallel, activation_offload_layers=0), (
+        differs("parallel.activation_offload_layers", parallel.activation_offload_layers, 0, reason),
+    )
+
+
 def listed(values: tuple[int, ...] | None) -> str:
     return "null" if values is None else "[" + ", ".join(str(v) for v in values) + "]"
 

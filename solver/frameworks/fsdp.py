@@ -26,4 +26,8 @@ def violations(parallel: ParallelConfig) -> list[Violation]:
         # Expert parallelism needs a token dispatcher around the experts: torchtitan's
         # expert_parallel_degree, Megatron-core's, DeepSpeed-MoE's; FSDP alone has none.
         out.append(Violation(Rule.FRAMEWORK_EP, f"fsdp has no expert parallelism; ep_size {parallel.ep_size} must be 1"))
+    if parallel.activation_offload_layers:
+        # PyTorch FSDP's own options offload parameters (CPUOffload), not the first N layers'
+        # activations on Transformer Engine's schedule (a Megatron-core setting).
+        out.append(Violation(Rule.FRAMEWORK_ACTIVATION_OFFLOAD, "fsdp has no offload of the first N layers' activations (Megatron-core's cpu_offloading)"))
     return out

@@ -1,7 +1,26 @@
 """Megatron-LM / Megatron-core: what it can run, and a plan as ``pretrain_gpt.py`` arguments.
 
-Its distributed optimizer shards optimizer states over data-parallel ranks (ZeRO-1) and nothing
-more (Megatron-LM ``--use-distributed-optimizer``); gradients and parameters stay replicated.
+ZeRO-1 is its distributed optimizer (``--use-distributed-optimizer``: optimizer states sharded
+over the data-parallel ranks, gradients and parameters replicated). ZeRO-2 and ZeRO-3 are
+Megatron-FSDP (NVIDIA/Megatron-LM 8f1c2f8, the commit Megatron-Bridge df0289c pins:
+megatron/core/distributed/fsdp; ``--use-megatron-fsdp --data-parallel-sharding-strategy
+optim_grads`` / ``optim_grads_params``, docs/user-guide/parallelism-guide.md: "optim_grads -
+Shard gradients + optimizer (ZeRO-2)", "optim_grads_params - Shard parameters + gradients +
+optimizer (ZeRO-3)"), with the flags megatron-core's own user guide sets beside it
+(docs/user-guide/features/custom_fsdp.md: ``--no-gradient-accumulation-fusion
+--use-distributed-optimizer``; ``--ckpt-format fsdp_dtensor``, which Megatron-LM's
+``validate_args`` asserts). Megatron-FSDP is documented and tested with tensor, context and
+expert parallelism ("Compatible with TP, EP and CP configurations"; the unit test
+``test_compatible_with_nd_parallel`` runs TP2, EP2_ETP2 and outer-DP2 x EP2, the functional
+tests TP with CP), never under a pipeline: the planner runs it with ``pp_size`` 1 only.
+
+Partial activation offload (``activation_offload_layers`` N) is ``--cpu-offloading-num-layers
+N``: Megatron-LM builds its TransformerConfig flags from the dataclass and leaves
+``cpu_offloading`` itself out of the command line; ``validate_args`` sets it when N > 0, and
+``cpu_offloading_weights`` defaults to False (activations only, what the cost model moves).
+Megatron-core allows it with one pipeline stage and no recomputation (TransformerConfig
+``__post_init__``), beside its optimizer CPU offload (no check relates the two) and beside
+Megatron-FSDP (Megatron-Bridge's Llama 3 70B GB200/GB300 presets set both).
 
 Layers: an even split is ``--pipeline-model-parallel-size`` (and, interleaved,
 ``--num-layers-per-virtual-pipeline-stage``); any other split is written as
@@ -44,10 +63,20 @@ from solver.spec.training import DEFAULT_RECOMPUTE_MODULES, Precision, ZeroStage
 
 
 def violations(parallel: ParallelConfig) -> list[Violation]:
-    zero = parallel.zero_stage
-    if zero > ZeroStage.OS:
-        return [Violation(Rule.FRAMEWORK_ZERO, f"megatron shards optimizer states only (ZeRO-1); zero_stage {int(zero)} is not available")]
+    """What Megatron-core cannot run: Megatron-FSDP (ZeRO-2/3) under a pipeline (see the module)."""
+    zero, pp = parallel.zero_stage, parallel.pp_size
+    if zero >= ZeroStage.OS_G and pp > 1:
+        return [Violation(
+            Rule.ZERO_WITH_PP,
+            f"megatron shards gradients (ZeRO-2) or parameters (ZeRO-3) with Megatron-FSDP, which runs with TP, CP and EP"
+            f" but not pipeline parallelism; zero_stage {int(zero)} with pp_size {pp} is not available",
+        )]
     return []
+
+
+def fsdp_strategy(zero_stage: ZeroStage) -> str | None:
+    """Megatron-FSDP's ``data_parallel_sharding_strategy`` for a ZeRO stage (None: not FSDP)."""
+    return {ZeroStage.OS_G: "optim_grads", ZeroStage.OS_G_P: "optim_grads_params"}.get(ZeroStage(zero_stage))
 
 
 def exact_config(plan: PlanToExport) -> Nearest:
@@ -70,11 +99,12 @@ def exact_config(plan: PlanToExport) -> Nearest:
             " to the host during backward (ZeRO-2 offload), so each GPU needs more memory than planned",
         ))
         parallel = replace(parallel, zero_stage=ZeroStage.OS)
-    if parallel.zero_stage > ZeroStage.OS:
+    if parallel.zero_stage > ZeroStage.OS and parallel.pp_size > 1:
         out.append(differs(
             "parallel.zero_stage", int(parallel.zero_stage), 1,
-            "Megatron's distributed optimizer shards optimizer states only (ZeRO-1); gradients"
-            " and parameters stay replicated, so each GPU needs more memory than planned",
+            "Megatron shards gradients and parameters with Megatron-FSDP, which it does not run under a pipeline;"
+            " its distributed optimizer (ZeRO-1) keeps gradients and parameters replicated, so each GPU needs more"
+            " memory than planned",
         ))
         parallel = replace(parallel, zero_stage=ZeroStage.OS)
     parallel, recompute = exact_recompute(plan, parallel)
@@ -155,15 +185,24 @@ def arguments(plan: PlanToExport, parallel: ParallelConfig) -> list[Argument]:
         args.append(("--recompute-modules", tuple(m.value for m in training.recompute_modules)))
     if method is not None:
         args += [("--recompute-method", method), ("--recompute-num-layers", str(num_layers))]
-    if parallel.zero_stage == ZeroStage.OS or parallel.offload is not Offload.NONE:
+    strategy = fsdp_strategy(parallel.zero_stage)
+    if parallel.zero_stage == ZeroStage.OS or parallel.offload is not Offload.NONE or strategy is not None:
         args.append(("--use-distributed-optimizer", None))  # at one rank, with offload, ZeRO-0 and ZeRO-1 are one plan
+    if strategy is not None:
+        # Megatron-FSDP as megatron-core's user guide launches it (see the module).
+        args += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", strategy),
+                 ("--no-gradient-accumulation-fusion", None), ("--ckpt-format", "fsdp_dtensor")]
     if parallel.offload is not Offload.NONE:
         # megatron-core OptimizerConfig: every optimizer state and its step on the CPU
         # (HybridDeviceOptimizer), which Megatron-LM runs with the precision-aware optimizer.
         args += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", "1.0"), ("--use-precision-aware-optimizer", None)]
+    if parallel.activation_offload_layers:
+        # Transformer Engine's CPU offload of the first N layers' activations (validate_args
+        # turns cpu_offloading on; weights stay on the GPU by default).
+        args.append(("--cpu-offloading-num-layers", str(parallel.activation_offload_layers)))
     if training.overlap_grad_reduce:
         args.append(("--overlap-grad-reduce", None))
-        if parallel.zero_stage == ZeroStage.OS:
+        if parallel.zero_stage == ZeroStage.OS or strategy is not None:
             args.append(("--overlap-param-gather", None))
     args += precision_arguments(training.precision)
     args.append(("--attention-backend", "flash" if training.flash_attention else "unfused"))
@@ -270,7 +309,10 @@ def export(plan: PlanToExport) -> Export:
     ]
     # Tensor- and sequence-parallel communication overlaps compute only when one CUDA stream
     # carries the kernels in order (Megatron-LM's documented requirement).
-    environment = ["export CUDA_DEVICE_MAX_CONNECTIONS=1"] if parallel.tp_size > 1 else []
+    # Megatron-FSDP asserts the opposite (CUDA_DEVICE_MAX_CONNECTIONS must not be 1: its
+    # gathers run beside compute on other streams).
+    fsdp = fsdp_strategy(parallel.zero_stage) is not None
+    environment = ["unset CUDA_DEVICE_MAX_CONNECTIONS"] if fsdp else ["export CUDA_DEVICE_MAX_CONNECTIONS=1"] if parallel.tp_size > 1 else []
     text = render_shell(program, torchrun(plan), arguments(plan, parallel), header, environment)
     notes = (
         f"vocabulary of {plan.model.vocab_size} tokens: pass your tokenizer (Megatron pads it to a multiple of 128 x tp)",

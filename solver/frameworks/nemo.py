@@ -1,13 +1,20 @@
 """NeMo (Megatron GPT, ``megatron_gpt_config.yaml``): what it can run, and a plan as trainer/model
 YAML overrides.
 
-NeMo trains through megatron-core: it takes Megatron's rules (ZeRO-1 at most, through its
-distributed Adam) and its recomputation (``activations_checkpoint_granularity``, ``_method``
+NeMo trains through megatron-core: it takes Megatron's recomputation (``activations_checkpoint_granularity``, ``_method``
 and ``_num_layers`` become megatron-core's recompute settings), and passes any ``model`` key
 that names a megatron-core ``TransformerConfig`` field straight to it. So a split with a
 different first and/or last stage and even stages between is written as
 ``num_layers_in_first_pipeline_stage`` / ``num_layers_in_last_pipeline_stage``; other uneven
 splits, and uneven interleaved chunks, are not exact here.
+
+Its ZeRO is ZeRO-1 at most (distributed Adam): the ``fsdp`` keys of megatron_gpt_config.yaml
+are PyTorch FSDP (NLPFSDPStrategy, "Enable training with torch FSDP"), not Megatron-FSDP, so
+the ZeRO-2/3 Megatron runs through Megatron-FSDP is a difference here (the Megatron-LM export
+writes it). Partial activation offload is megatron-core's ``cpu_offloading`` with
+``cpu_offloading_num_layers`` N, model keys NeMo hands to TransformerConfig; NeMo's config
+defaults ``cpu_offloading_weights`` to True, so the export sets it False (activations only, as
+Megatron-Bridge's performance overrides do, utils/overrides.py).
 """
 
 from __future__ import annotations
@@ -31,13 +38,17 @@ from solver.spec.dimensions import Offload
 from solver.spec.legality import uniform_partition
 from solver.spec.model import MlpActivation, PositionEmbedding
 from solver.spec.parallel import ParallelConfig
-from solver.spec.rules import Violation
+from solver.spec.rules import Rule, Violation
 from solver.spec.training import DEFAULT_RECOMPUTE_MODULES, Precision, ZeroStage
 
 YamlValue = int | str | bool | list[str] | None
 
 
 def violations(parallel: ParallelConfig) -> list[Violation]:
+    """Megatron's rules, and ZeRO-1 at most (no Megatron-FSDP in NeMo's GPT config)."""
+    zero = parallel.zero_stage
+    if zero > ZeroStage.OS:
+        return [Violation(Rule.FRAMEWORK_ZERO, f"NeMo shards optimizer states only (ZeRO-1, distributed Adam); zero_stage {int(zero)} is not available")]
     return megatron_violations(parallel)
 
 
@@ -70,8 +81,9 @@ def exact_config(plan: PlanToExport) -> Nearest:
     if parallel.zero_stage > ZeroStage.OS:
         out.append(differs(
             "parallel.zero_stage", int(parallel.zero_stage), 1,
-            "NeMo's distributed Adam shards optimizer states only (ZeRO-1); gradients and"
-            " parameters stay replicated, so each GPU needs more memory than planned",
+            "NeMo's distributed Adam shards optimizer states only (ZeRO-1); its config's fsdp is PyTorch FSDP, not"
+            " Megatron-FSDP (the Megatron-LM export writes that); gradients and parameters stay replicated, so each"
+            " GPU needs more memory than planned",
         ))
         parallel = replace(parallel, zero_stage=ZeroStage.OS)
     layers = plan.chunk_layers(parallel)
@@ -144,6 +156,12 @@ def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[st
     })
     if granularity == "selective" and training.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
         out["recompute_modules"] = [m.value for m in training.recompute_modules]  # a TransformerConfig field
+    if parallel.activation_offload_layers:
+        # megatron-core's CPU offload of the first N layers' activations (TransformerConfig fields).
+        out.update({
+            "cpu_offloading": True, "cpu_offloading_num_layers": parallel.activation_offload_layers,
+            "cpu_offloading_activations": True, "cpu_offloading_weights": False,
+        })
     if training.precision is Precision.FP8:
         out.update({"transformer_engine": True, "fp8": True, "fp8_hybrid": True})
     if training.precision is Precision.MXFP8:

@@ -31,6 +31,7 @@ from solver.frameworks.export import (
     differs,
     full_recompute_counts,
     recompute_form,
+    without_activation_offload,
 )
 from solver.spec.dimensions import Offload
 from solver.spec.model import MlpActivation
@@ -41,10 +42,18 @@ from solver.spec.training import Precision, TrainingSpec, ZeroStage
 TomlValue = int | str | bool | list[str] | list[list[str]]
 
 
+# torchtitan 0.2's JobConfig offloads model states (training.enable_cpu_offload) but has no
+# activation offload: its [activation_checkpoint] section recomputes, it does not move.
+ACTIVATION_OFFLOAD_REASON = "torchtitan has no activation offload (its activation_checkpoint recomputes; enable_cpu_offload moves model states)"
+
+
 def violations(parallel: ParallelConfig) -> list[Violation]:
+    out: list[Violation] = []
     if parallel.zero_stage == ZeroStage.OS:
-        return [Violation(Rule.FRAMEWORK_ZERO, "torchtitan shards with FSDP2 (ZeRO-2 or ZeRO-3); zero_stage 1 is not available")]
-    return []
+        out.append(Violation(Rule.FRAMEWORK_ZERO, "torchtitan shards with FSDP2 (ZeRO-2 or ZeRO-3); zero_stage 1 is not available"))
+    if parallel.activation_offload_layers:
+        out.append(Violation(Rule.FRAMEWORK_ACTIVATION_OFFLOAD, ACTIVATION_OFFLOAD_REASON))
+    return out
 
 
 def exact_config(plan: PlanToExport) -> Nearest:
@@ -53,6 +62,10 @@ def exact_config(plan: PlanToExport) -> Nearest:
     out: list[Difference] = []
     parallel, offload = exact_offload(parallel)
     out += offload
+    parallel, dropped = without_activation_offload(
+        parallel, ACTIVATION_OFFLOAD_REASON + ": every layer's activations stay on the GPU, more memory than planned",
+    )
+    out += dropped
     replicated_only = parallel.tp_size == 1 and parallel.pp_size == 1
     # With context parallelism torchtitan always shards with FSDP2 over dp_shard x cp
     # (ParallelDims.fsdp_enabled is dp_shard > 1 or cp > 1): no replicated-only run.

@@ -193,7 +193,10 @@ def _check_activation_offload(model: ModelSpec, cluster: ClusterSpec, parallel: 
     default synchroniser asserts num_layers <= model_layers - 1), no pipeline parallelism ("no
     support for Pipeline parallelism with CPU offloading"), no recomputation ("CPU offloading
     does not work when activation recomputation is enabled"); and the host facts to cost the
-    copies with."""
+    copies with. Beside model-state offload, only as one framework runs both: Megatron-core's
+    optimizer CPU offload (``offload`` optimizer), which keeps the gradients on the GPU until
+    the step (ZeRO-0/1: no gradient copies beside the activations' in backward); no framework
+    offloads parameters (DeepSpeed's ZeRO-Infinity) and the first N layers' activations."""
     layers = parallel.activation_offload_layers
     if not layers:
         return
@@ -211,6 +214,13 @@ def _check_activation_offload(model: ModelSpec, cluster: ClusterSpec, parallel: 
         raise SpecError(field, f"activation offload runs with pp_size 1, got {parallel.pp_size}", Rule.ACTIVATION_OFFLOAD_LAYERS)
     if parallel.recompute is not Recompute.NONE or parallel.full_recompute_layers and any(parallel.full_recompute_layers):
         raise SpecError(field, f"activation offload runs without recomputation, got recompute {parallel.recompute.value}", Rule.ACTIVATION_OFFLOAD_LAYERS)
+    if parallel.offload is not Offload.NONE and (parallel.offload is not Offload.OPTIMIZER or parallel.zero_stage > ZeroStage.OS):
+        raise SpecError(
+            field,
+            f"activation offload runs beside optimizer offload at ZeRO-0/1 only (Megatron-core), got offload"
+            f" {parallel.offload.value} with zero_stage {int(parallel.zero_stage)}",
+            Rule.ACTIVATION_OFFLOAD_LAYERS,
+        )
 
 
 def _check_expert_parallel(model: ModelSpec, parallel: ParallelConfig) -> None:

@@ -42,6 +42,7 @@ class Rule(str, Enum):
     FRAMEWORK_PP = "framework_pp"
     FRAMEWORK_CP = "framework_cp"
     FRAMEWORK_EP = "framework_ep"
+    FRAMEWORK_ACTIVATION_OFFLOAD = "framework_activation_offload"
     FRAMEWORK_EXACT = "framework_exact"  # the request's framework runs it exactly only with other training settings or values
     # Fit and objective.
     MEMORY = "memory"
@@ -72,12 +73,13 @@ _SUMMARIES = {
     Rule.OFFLOAD_NEEDS_ZERO: "offload steps each rank's ZeRO shard: stage 1 or more for the optimizer over several ranks, 3 for parameters",
     Rule.ACTIVATION_OFFLOAD_LAYERS: (
         "activation offload (Megatron-core cpu_offloading) runs on one pipeline stage, without recomputation,"
-        " for fewer layers than the model has"
+        " for fewer layers than the model has, and beside model-state offload only as the optimizer's at ZeRO-0/1"
     ),
     Rule.TP_WITHIN_NODE: "tensor parallelism must stay inside a node (its NVLink domain, where that is larger or smaller)",
     Rule.ZERO_WITH_PP: "ZeRO-2/3 cannot be combined with pipeline parallelism",
     Rule.FRAMEWORK_ZERO: "the framework does not offer that ZeRO stage",
     Rule.FRAMEWORK_PP: "the framework has no pipeline parallelism",
+    Rule.FRAMEWORK_ACTIVATION_OFFLOAD: "the framework has no partial activation offload (Megatron-core's cpu_offloading_num_layers)",
     Rule.FRAMEWORK_CP: "the framework has no context parallelism",
     Rule.FRAMEWORK_EP: "the framework has no expert parallelism",
     Rule.FRAMEWORK_EXACT: "the framework cannot run the plan exactly as planned (its launch config would differ)",
