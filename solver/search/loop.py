@@ -36,10 +36,12 @@ from solver.frameworks import framework_format, nearest_exact
 from solver.partition.fixed import fixed_partition
 from solver.partition.problem import (
     PartitionMethod,
+    PartitionProblem,
     PartitionSolution,
     SolveStatus,
     allocatable_bytes,
     partition_problem,
+    stage_memory_kib,
     stage_time_lower_bound_s,
 )
 from solver.partition.solve import solve
@@ -54,6 +56,7 @@ from solver.search.space import (
     dominated_selective,
     gpu_counts,
     is_legal,
+    searches_activation_offload,
     shapes,
     step_lower_bound_s,
 )
@@ -172,10 +175,59 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
     slots = pipeline_slots(shape.pp_size, shape.virtual_stages, m)
     comm_s = run.profiles.pipeline_comm_s(shape, m)
     layers = request.model.num_layers
-    return [
+    planned = [
         (_to_parallel(shape, s, even, none_admitted), slots * stage_time_lower_bound_s(s.stage_time_ns, layers) + comm_s)
         for s in solutions
     ]
+    # Activation offload where nothing fits without it, or beside recomputation where the
+    # objective prefers fewer GPUs (issue 16's rule for offload; see _activation_offload_plan).
+    fewer_gpus = Objective(request.objective) in (Objective.MIN_GPUS, Objective.MIN_COST)
+    if fixed is None or (fewer_gpus and any(fixed.recompute_layers)):
+        offloaded = _activation_offload_plan(run, shape, problem, m, usable, rows, even)
+        if offloaded is not None:
+            shape_n, solution = offloaded
+            planned.append((_to_parallel(shape_n, solution, even, True), slots * stage_time_lower_bound_s(solution.stage_time_ns, layers) + comm_s))
+    return planned
+
+
+def _activation_offload_plan(
+    run: SearchRun, shape: Shape, problem: PartitionProblem, num_micro_batches: int, usable: float, rows: tuple,
+    even: tuple[int, ...],
+) -> tuple[Shape, PartitionSolution] | None:
+    """A one-stage layout planned with the fewest leading layers' activations offloaded
+    (``activation_offload_layers`` N, Megatron-core's cpu_offloading_num_layers) that make it
+    fit without recomputing, or None (the search does not offload here, or no N < layers fits).
+    The caller asks where the layout has no plan without it (not even recomputing every layer
+    the request allows), or, for min_gpus and min_cost, where it fits only by recomputing: the
+    offloaded plan then competes with the recomputing one (a GPU count may meet the deadline,
+    or cost less, with copies hidden behind compute than with layers computed twice). Under
+    max_throughput and min_time_to_train a layout that fits by recomputing is not offloaded,
+    as issue 16 asks of offload. The smallest N: the memory freed grows with N and so do the
+    host memory and the copies' time, so no larger N is better. Read off the layout's own
+    partition problem (one stage: its memory less the first N layers' kept activations must
+    meet the budget), then checked by the problem with N."""
+    if (
+        shape.pp_size > 1 or shape.base_recompute is not Recompute.NONE or shape.activation_offload_layers
+        or shape.offload not in (Offload.NONE, Offload.OPTIMIZER) or shape.zero_stage > 1 and shape.offload is not Offload.NONE
+        or not searches_activation_offload(run)
+    ):
+        return None
+    kept, states = problem.layer_kept_kib, problem.layer_state_kib
+    in_flight = problem.in_flight[0]
+    deficit = stage_memory_kib(in_flight, sum(kept), sum(states), 0) - problem.stage_budget_kib[0]
+    freed, layers = 0.0, 0
+    while freed < deficit and layers < len(kept) - 1:
+        freed += in_flight * kept[layers]
+        layers += 1
+    if freed < deficit:
+        run.reject(Rule.ACTIVATION_OFFLOAD_LAYERS)  # even L - 1 layers offloaded leave too much on the GPU
+        return None
+    request = run.request
+    offloaded = replace(shape, full_recompute=False, activation_offload_layers=layers)
+    prof = run.profiles.profile(shape.profile_shape)
+    problem_n = partition_problem(prof, offloaded.uniform(), request.training, num_micro_batches, usable, False, request.cluster.gpu, rows)
+    solution = fixed_partition(problem_n, even)
+    return None if solution is None else (offloaded, solution)
 
 
 def _states_may_fit(run: SearchRun, shape: Shape, usable: float) -> bool:

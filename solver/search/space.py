@@ -89,13 +89,17 @@ class SearchRun:
     legal: list[Shape] = field(default_factory=list)  # shapes that passed every rule
     closest: list[tuple[float, ParallelConfig, Evaluation]] = field(default_factory=list)  # memory misses
     partitions_exact: bool = True
-    framework_rules: dict[tuple[int, int, int, int], list[Violation]] = field(default_factory=dict)  # (pp, zero, cp, ep) -> violations
+    # (pp, zero, cp, ep, offloads activations) -> violations
+    framework_rules: dict[tuple[int, int, int, int, bool], list[Violation]] = field(default_factory=dict)
     states_fit: dict[tuple, bool] = field(default_factory=dict)  # (tp, ep, pp, dp, cp, zero, offload) -> model states may fit
     step_bounds: dict[tuple, float] = field(default_factory=dict)  # step_lower_bound_s by what it reads of a shape
     selective_dominated: dict[tuple, bool] = field(default_factory=dict)  # dominated_selective by what it reads of a shape
     # What the shapes may offload: none, unless the request names offload values; the search
     # widens it where nothing fits without (solver.search.loop.offload_fallback).
     offload_modes: tuple[Offload, ...] = (Offload.NONE,)
+    # Whether the search may offload activations of its own accord (searches_activation_offload);
+    # None: not yet asked.
+    activation_offload: bool | None = None
     # The training settings the request's framework would run a plan with instead of the
     # request's (solver.search.loop.framework_exact), and the fields that differ; None: none seen.
     framework_training: tuple[TrainingSpec, tuple[str, ...]] | None = None
@@ -225,6 +229,25 @@ def shapes(run: SearchRun, num_gpus: int):
                         yield Shape(num_gpus, dp, tp, pp, zero, mb, base, full and not layers, v, sp, cp, ep, offload, layers)
 
 
+def searches_activation_offload(run: SearchRun) -> bool:
+    """Whether the search may offload activations of its own accord (``solver.search.loop``'s
+    ``_activation_offload_plan``): where the request leaves ``activation_offload_layers`` open
+    (a request that names values plans with those, ``activation_offload_options``), admits
+    running without recomputation, the cluster gives the host facts to cost the copies, and the
+    request's framework runs it (Megatron-core; 'any' through it)."""
+    if run.activation_offload is None:
+        request = run.request
+        probe = ParallelConfig(activation_offload_layers=1)
+        run.activation_offload = (
+            "activation_offload_layers" not in request.constraints.allowed
+            and request.constraints.admits("recompute", Recompute.NONE.value)
+            and request.cluster.has_host_facts
+            and request.model.num_layers > 1
+            and not framework_violations(probe, request.constraints.framework)
+        )
+    return run.activation_offload
+
+
 def activation_offload_options(run: SearchRun, pp: int, base: Recompute) -> list[int]:
     """Layer counts whose activations a shape may offload (``ParallelConfig.activation_offload_layers``):
     0 unless the request names values for it (then those it admits below the model's layer
@@ -294,10 +317,11 @@ def is_legal(run: SearchRun, shape: Shape, coarse: bool = False) -> bool:
             run.stats.configurations_enumerated += 1
             run.stats.configurations_illegal += 1
         return not problems
-    key = (shape.pp_size, shape.zero_stage, shape.cp_size, shape.ep_size)
+    key = (shape.pp_size, shape.zero_stage, shape.cp_size, shape.ep_size, shape.activation_offload_layers > 0)
     if key not in run.framework_rules:
         probe = ParallelConfig(
-            pp_size=shape.pp_size, zero_stage=ZeroStage(shape.zero_stage), cp_size=shape.cp_size, ep_size=shape.ep_size
+            pp_size=shape.pp_size, zero_stage=ZeroStage(shape.zero_stage), cp_size=shape.cp_size, ep_size=shape.ep_size,
+            activation_offload_layers=min(shape.activation_offload_layers, 1),
         )
         run.framework_rules[key] = framework_violations(probe, constraints.framework)
     for violation in run.framework_rules[key]:
