@@ -19,7 +19,7 @@ from solver.cost.flops import (
 from solver.cost.memory import in_flight_micro_batches, model_state_bytes
 from solver.cost.profile import ProfileShape
 from solver.cost.schedule import pipeline_bubble_fraction
-from solver.cost.stage import recompute_working_bytes
+from solver.cost.stage import working_bytes
 from solver.spec.errors import SpecError
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig
@@ -310,12 +310,12 @@ def test_eager_kernels_cost_time_never_memory(selene, flash):
         assert b.prediction.breakdown_s["tp_comm_s"] == a.prediction.breakdown_s["tp_comm_s"]
         logits_bytes = (12 - 4) * par.micro_batch_size * 2048 * model.vocab_size / par.tp_size
         extra = [b_stage.memory_bytes["embedding_and_logits"] - a_stage.memory_bytes["embedding_and_logits"] for a_stage, b_stage in zip(a.stages, b.stages)]
-        # The head's peak counts only beyond the recompute working set, which it never meets
+        # The head's peak counts only beyond the backward working set, which it never meets
         # (stage.extras_activation_bytes): the 8 bytes per logit show where the loss's peak
         # is above the working set.
         profile = analytic_profile(model, selene, fused, ProfileShape.of(par))
         mode = Recompute.FULL if par.recompute is Recompute.FULL else Recompute.SELECTIVE
-        working = recompute_working_bytes(profile.transformer_layers[0], mode)
+        working = working_bytes(profile.transformer_layers[0], mode)
         head_fused = profile.head.kept_bytes(mode)
         expected = max(0.0, head_fused + logits_bytes - working) - max(0.0, head_fused - working)
         assert extra[:-1] == [0.0] * (len(extra) - 1) and extra[-1] == pytest.approx(expected, abs=1)

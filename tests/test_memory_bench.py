@@ -22,7 +22,9 @@ from bench.memory import (
     summarize,
 )
 
-# Today's result (bench/memory.py): 27 of 38 within 10%, MAPE 11.4%: the head's loss peak and the
+# Today's result (bench/memory.py): 27 of 38 within 10%, MAPE 11.2%: each layer's backward writing
+# its input gradients beside its activations (solver.cost.analytic.backward_working_bytes; 11.4%
+# before, the loss's peak still above it on most records). Before that: the head's loss peak and the
 # recompute working set taken as the larger of the two (they are never alive together), autocast's
 # 16-bit weight copies and fp32 gradients, DDP's bucket copy of the gradients, and the logits kept
 # through backward by torchtitan before #391 (24 of 38, 10.9% before). Before that: the cross entropy's peak

@@ -14,7 +14,7 @@ from solver.cost.analytic import analytic_profile
 from solver.cost.compute import gemm_time_s
 from solver.cost.evaluate import evaluate
 from solver.cost.profile import ProfileShape
-from solver.cost.stage import recompute_working_bytes
+from solver.cost.stage import recompute_working_bytes, working_bytes
 from solver.spec.parallel import ParallelConfig
 from solver.spec.training import Precision, Recompute, SelectiveRecompute, TrainingSpec, ZeroStage
 
@@ -67,14 +67,16 @@ def test_tensor_parallel_splits_the_column_parallel_outputs():
 
 def test_selective_working_set_is_charged_once_per_stage():
     """Backward rebuilds what the policy dropped for one layer at a time: the stage's activations
-    are the kept bytes of its micro-batches in flight plus one layer's difference."""
+    are the kept bytes of its micro-batches in flight plus one layer's difference and the
+    gradients that layer's backward writes beside it."""
     model = catalog.get_model("llama3-8b")
     cluster = catalog.get_cluster("dgx-h100-x8")
     parallel = ParallelConfig(dp_size=8, zero_stage=ZeroStage.OS_G_P, micro_batch_size=2, recompute=Recompute.SELECTIVE)
     training = TrainingSpec(global_batch_size=16, seq_length=SEQ, selective_recompute=SelectiveRecompute.OP)
     evaluation = evaluate(model, cluster, training, parallel, num_gpus=8)
     layer = analytic_profile(model, cluster, training, ProfileShape(micro_batch_size=2)).transformer_layers[0]
-    expected = model.num_layers * layer.selective_activation_bytes + recompute_working_bytes(layer, Recompute.SELECTIVE)
+    expected = model.num_layers * layer.selective_activation_bytes + working_bytes(layer, Recompute.SELECTIVE)
+    assert working_bytes(layer, Recompute.SELECTIVE) == recompute_working_bytes(layer, Recompute.SELECTIVE) + layer.backward_working_bytes
     assert evaluation.stages[0].memory_bytes["activations"] == pytest.approx(expected)
     assert recompute_working_bytes(layer, Recompute.SELECTIVE) == layer.activation_bytes - layer.selective_activation_bytes
 

@@ -244,6 +244,60 @@ def _kept_bytes(
     return int(replicated_local + (split + scores) / t), int(replicated_local + split / t), int(checkpoint)
 
 
+# FlashAttention-2's backward (PyTorch's vendored flash_api.cpp ``mha_bwd``, as Dao-AILab's)
+# accumulates dQ in an fp32 buffer of the queries' shape, ``dq_accum`` (``bool loop = true``).
+FLASH_DQ_ACCUM_BYTES = BYTES_FP32
+
+
+def backward_working_bytes(model: ModelSpec, shape: ProfileShape, s: int, flash: bool) -> int:
+    """Bytes of gradients alive beside one layer's kept activations at the peak of its backward,
+    on one rank of its TP and CP groups (16-bit activations and gradients).
+
+    Autograd runs a layer's backward nodes in reverse order; each writes its input gradients
+    while its saved tensors are still alive and releases them only after it has run
+    (torch/csrc/autograd/engine.cpp ``evaluate_function``: ``fn.release_variables()`` after
+    ``call_function``), and a gradient is freed once its last consumer has run. So beside the
+    layer's activations (kept, or recomputed: ``solver.cost.stage.recompute_working_bytes``) the
+    GPU holds the residual stream's gradient (b*s*h; /t with sequence parallelism), which waits
+    in autograd's input buffer while a branch is back-propagated, plus at the largest of:
+
+    - the MLP's second GEMM: the gradient of its input (b*s*f/t), written while that input is
+      still saved, and with sequence parallelism the all-gathered output gradient (b*s*h);
+    - the MLP's activation function: its input gradients, GELU one b*s*f/t, SwiGLU two (the
+      gate's and the up projection's: ``grad * other`` and ``grad * self`` of the product, or
+      Megatron's fused ``bias_swiglu`` backward writing both at once), with the second GEMM's
+      input gradient standing in for its freed input (tests/test_memory_backward.py reads this
+      off PyTorch's allocator);
+    - the attention output projection: the context's gradient (b*s*h/t), and the all-gathered
+      output gradient under sequence parallelism;
+    - the attention core. Fused (FlashAttention-2's ``mha_bwd``): the context's gradient, dQ,
+      dK and dV at the query heads' width (``empty_like`` of the repeated K and V that
+      torchtitan passes, or the ``dk_expanded`` / ``dv_expanded`` it sums over a GQA group) and
+      the fp32 ``dq_accum`` (b*s*h/t each, the last at 4 bytes). Materialised scores: the
+      context's gradient, and two 16-bit score gradients (the dropout's and the softmax's) with
+      the dropout's output already freed: 2 bytes per score beyond the kept ones.
+
+    Weight gradients are not counted here: accumulated into the stack's gradient buffer (the
+    model states), or under ZeRO-3 / FSDP written unsharded per layer and reduce-scattered,
+    within the gather buffers' two-layer bound. Korthikanti et al. 2022 count saved activations
+    only; this is the transient their Table 2 leaves out."""
+    t, b = shape.tp_size, shape.micro_batch_size
+    h, a, f = model.hidden_size, model.num_attention_heads, model.ffn_hidden_size
+    tokens = b * s // shape.cp_size
+    sequence_parallel = shape.sequence_parallel and t > 1
+    residual = BYTES_16BIT * tokens * h / (t if sequence_parallel else 1)
+    gathered = BYTES_16BIT * tokens * h if sequence_parallel else 0.0  # a row-parallel GEMM's output gradient
+    inner = BYTES_16BIT * tokens * f / t
+    heads = BYTES_16BIT * tokens * h / t
+    activation_grads = 2 if model.mlp_activation is MlpActivation.SWIGLU else 1
+    if flash:
+        core = heads + heads + 2 * heads + FLASH_DQ_ACCUM_BYTES * tokens * h / t  # dctx, dQ, dK and dV, dq_accum
+    else:
+        core = heads + BYTES_16BIT * a * tokens * s / t
+    phases = (gathered + inner, activation_grads * inner, gathered + heads, core)
+    return int(residual + max(phases))
+
+
 def _block_matmuls(model: ModelSpec) -> tuple[tuple[int, int, bool], ...]:
     """The transformer block's matmuls in the order they run, as (input width, output width,
     column-parallel): torchtitan's Llama block (torchtitan/models/llama3/model: Attention runs
@@ -361,6 +415,7 @@ def _layer_profile(
         tp_comm_s=tp_comm_s,
         cp_comm_s=cp_comm_s,
         model_flops=3.0 * (layer_forward_gemm_flops(model, tokens) + attention_score_flops(model, b, s) / cp) / t,
+        backward_working_bytes=backward_working_bytes(model, shape, s, flash),
     )
 
 

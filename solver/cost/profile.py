@@ -68,6 +68,11 @@ class LayerProfile:
     # Of ``parameter_count``, the routed experts' parameters this GPU holds (num_experts / ep of
     # them, tp-split): their gradients and ZeRO shards go over the expert-data-parallel ranks.
     expert_parameter_count: int = 0
+    # Gradients alive beside the layer's kept (or recomputed) activations at the peak of its
+    # backward: the residual stream's gradient and the largest set of input gradients its
+    # backward nodes write before autograd frees their saved tensors (solver.cost.analytic
+    # backward_working_bytes). From the analytic model; a measured profile carries none.
+    backward_working_bytes: int = 0
 
     def recompute_s(self, mode: Recompute) -> float:
         """Extra time of recomputing this layer in ``mode``: a full recompute repeats the forward

@@ -5,7 +5,7 @@ each either fully recomputed or not, plus the embedding on the first stage and t
 last ("extras"). Its time per micro-batch and its peak memory are
 
     time   = sum over layers of time_s(mode) + extras' time + gradient accumulation
-    memory = in_flight x sum over layers of kept_bytes(mode) + recompute working set
+    memory = in_flight x sum over layers of kept_bytes(mode) + backward working set
              + model states (ZeRO) + extras' activations + ZeRO-3 gather buffers + reserve
 
 ``stage_cost`` adds these up in floats for the evaluator; ``solver.partition.problem`` scales the
@@ -222,6 +222,15 @@ def recompute_working_bytes(layer: LayerProfile, mode: Recompute = Recompute.FUL
     return 0
 
 
+def working_bytes(layer: LayerProfile, mode: Recompute = Recompute.FULL) -> int:
+    """What a layer holds at the peak of its own backward beyond what it keeps in ``mode``: its
+    recompute working set (``recompute_working_bytes``) and the gradients its backward writes
+    beside them (``LayerProfile.backward_working_bytes``, solver.cost.analytic
+    ``backward_working_bytes``). Every mode has the second: without recomputation too, a layer's
+    backward writes its input gradients before autograd frees what it saved."""
+    return recompute_working_bytes(layer, mode) + layer.backward_working_bytes
+
+
 def activation_bytes(in_flight: Any, kept_bytes: Any, working_bytes: Any) -> Any:
     """The stage's transformer activations at its peak: ``in_flight`` micro-batches of what its
     layers keep, plus one recomputed layer's working set. Written once for every form it is
@@ -318,7 +327,7 @@ def stage_cost(
     # without recomputation, on one stage).
     moved = [layer.kept_bytes(base) if i < policy.activation_offload_layers else 0 for i, (layer, _) in enumerate(layers)]
     kept -= sum(moved)
-    working = max((recompute_working_bytes(layer, Recompute.FULL if full else base) for layer, full in layers), default=0)
+    working = max((working_bytes(layer, Recompute.FULL if full else base) for layer, full in layers), default=0)
     allocated = dict(
         weights=states["weights"],
         gradients=states["gradients"],

@@ -47,9 +47,9 @@ from solver.cost.stage import (
     expert_state_bytes_per_parameter,
     extras_activation_bytes,
     grad_accumulation_s,
-    recompute_working_bytes,
     stage_buffer_bytes,
     state_bytes_per_parameter,
+    working_bytes,
 )
 from solver.spec.hardware import GpuSpec
 from solver.spec.parallel import ParallelConfig
@@ -72,7 +72,7 @@ class PartitionProblem:
     layer_kept_kib: tuple[int, ...]  # activations kept per in-flight micro-batch, not recomputed
     layer_checkpoint_kib: tuple[int, ...]  # the same when fully recomputed (its input only)
     layer_state_kib: tuple[int, ...]  # weights + gradients + optimizer states on one GPU
-    working_kib: int  # a recomputed layer's activations beyond its checkpoint, rebuilt once in backward, beyond the base's (in the budgets)
+    working_kib: int  # one layer's backward working set (recompute and gradients, stage.working_bytes) beyond the base's (in the budgets)
     in_flight: tuple[float, ...]  # micro-batches of activations each stage holds at its peak
     stage_extra_time_ns: tuple[int, ...]  # embedding on the first stage, head on the last
     stage_extra_state_kib: tuple[int, ...]  # the embedding's / head's model states
@@ -168,7 +168,8 @@ def _ns(value_s: float) -> int:
 
 def layer_rows(profile: ModelProfile, base: Recompute) -> tuple[tuple[int, ...], ...]:
     """Per transformer layer: time ns, recompute ns, kept KiB, checkpoint KiB, parameters,
-    recompute working-set KiB, the working set under ``base`` alone, and routed-expert
+    full-recompute working-set KiB, the working set under ``base`` alone (both with the layer's
+    backward gradients: ``solver.cost.stage.working_bytes``), and routed-expert
     parameters; layers not fully recomputed run ``base`` (NONE or SELECTIVE).
     One profile's rows serve every ZeRO stage, dp and pp: callers that plan many shapes compute
     them once (``partition_problem``'s ``rows``)."""
@@ -180,8 +181,8 @@ def layer_rows(profile: ModelProfile, base: Recompute) -> tuple[tuple[int, ...],
         tuple(_kib(layer.kept_bytes(base)) for layer in blocks),
         tuple(_kib(layer.kept_bytes(full)) for layer in blocks),
         tuple(layer.parameter_count for layer in blocks),
-        tuple(_kib(recompute_working_bytes(layer)) for layer in blocks),
-        tuple(_kib(recompute_working_bytes(layer, base)) for layer in blocks),
+        tuple(_kib(working_bytes(layer)) for layer in blocks),
+        tuple(_kib(working_bytes(layer, base)) for layer in blocks),
         tuple(layer.expert_parameter_count for layer in blocks),
     )
 
@@ -206,7 +207,7 @@ def partition_problem(
 ) -> PartitionProblem:
     """The partition problem of ``parallel`` (its dp/tp/pp/ZeRO/micro-batch/v; its partition and
     recompute are what is being chosen), from the stage terms of ``solver.cost.stage``: model
-    states under ZeRO, in-flight activations, the recompute working set, embedding and logits,
+    states under ZeRO, in-flight activations, the backward working set, embedding and logits,
     ZeRO-3 gather buffers, and the reserve (affine in what is allocated)."""
     pp, v = parallel.pp_size, parallel.virtual_stages
     gpu = gpu_spec
@@ -219,9 +220,9 @@ def partition_problem(
     allocatable = allocatable_bytes(usable_bytes)
 
     times, recomputes, kept, checkpoints, params, working, base_working, experts = rows or layer_rows(profile, policy.base_recompute)
-    # A selective base rebuilds what it dropped for one layer in backward on every stage
-    # (solver.cost.stage.recompute_working_bytes); a fully recomputed layer's working set
-    # contains it. So the base's share is taken out of every stage's budget, and a stage that
+    # Every stage holds one layer's backward gradients, and a selective base rebuilds what it
+    # dropped for that layer (solver.cost.stage.working_bytes); a fully recomputed layer's
+    # working set contains both. So the base's share is taken out of every stage's budget, and a stage that
     # recomputes a layer adds only the difference.
     base_working_kib = max(base_working, default=0)
     extras_all = [layer for layer in (embedding, head) if layer is not None]
