@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import catalog
-from solver.cost.analytic import analytic_profile
+from solver.cost.analytic import analytic_profile, loss_peak_bytes_per_logit
 from solver.cost.evaluate import evaluate
 from solver.cost.flops import (
     hardware_flops_per_iteration,
@@ -25,6 +25,8 @@ from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig
 from solver.spec.training import (
     Framework,
+    LossDtype,
+    LossKernel,
     OptimizerKind,
     Precision,
     Recompute,
@@ -289,7 +291,7 @@ def test_eager_kernels_cost_time_never_memory(selene, flash):
     and no memory figure changes but the loss's: a compiled cross entropy (the default
     ``loss_kernel``) holds the 16-bit logits and their 16-bit gradient, an eager fp32 one
     log_softmax's output and two fp32 gradients (12 - 4 = 8 more bytes per logit of the last
-    stage's micro-batch). Where compute sets the pace the step is strictly slower; in the ZeRO-3
+    stage's micro-batch; under tensor parallelism DTensor's loss parallel, 16 - 4). Where compute sets the pace the step is strictly slower; in the ZeRO-3
     layout the parameter gathers set it, and the longer compute only hides more of them."""
     model = catalog.get_model("gpt3-175b")
     fused = TrainingSpec(512, 2048, Precision.BF16, flash_attention=flash)
@@ -308,7 +310,10 @@ def test_eager_kernels_cost_time_never_memory(selene, flash):
         else:
             assert b.prediction.step_time_s > a.prediction.step_time_s
         assert b.prediction.breakdown_s["tp_comm_s"] == a.prediction.breakdown_s["tp_comm_s"]
-        logits_bytes = (12 - 4) * par.micro_batch_size * 2048 * model.vocab_size / par.tp_size
+        # Under tensor parallelism the eager loss is DTensor's loss parallel: 16 bytes per logit.
+        eager_bytes = loss_peak_bytes_per_logit(LossDtype.FP32, LossKernel.EAGER, False, vocab_parallel=par.tp_size > 1)
+        assert eager_bytes == (16 if par.tp_size > 1 else 12)
+        logits_bytes = (eager_bytes - 4) * par.micro_batch_size * 2048 * model.vocab_size / par.tp_size
         extra = [b_stage.memory_bytes["embedding_and_logits"] - a_stage.memory_bytes["embedding_and_logits"] for a_stage, b_stage in zip(a.stages, b.stages)]
         # The head's peak counts only beyond the backward working set, which it never meets
         # (stage.extras_activation_bytes): the 8 bytes per logit show where the loss's peak

@@ -549,7 +549,10 @@ def _embedding_profile(
     )
 
 
-def loss_peak_bytes_per_logit(loss_dtype: LossDtype, loss_kernel: LossKernel, fused_kernels: bool, keeps_logits: bool = False) -> int:
+def loss_peak_bytes_per_logit(
+    loss_dtype: LossDtype, loss_kernel: LossKernel, fused_kernels: bool, keeps_logits: bool = False,
+    vocab_parallel: bool = False,
+) -> int:
     """Bytes per logit alive at the loss's peak, which is at the start of its backward (the
     caller has dropped the 16-bit logits unless the loss keeps them: torchtitan's train.py
     ``del pred`` before ``loss.backward()``).
@@ -571,13 +574,32 @@ def loss_peak_bytes_per_logit(loss_dtype: LossDtype, loss_kernel: LossKernel, fu
     ``keeps_logits`` (``TrainingSpec.loss_keeps_logits``): the training loop still references the
     16-bit logits when backward starts, 2 bytes more (torchtitan before e29b6b4d4, #391, "del
     logits=(bs, seq_len, vocab_size) to save 3.9G memory"); the compiled loss saves them anyway.
+
+    ``vocab_parallel`` (tensor parallelism: the logits are sharded over the vocabulary): eager
+    PyTorch computes the cross entropy of vocabulary-sharded logits through DTensor's loss
+    parallel (torch/distributed/tensor/parallel/loss.py, torchtitan's ``loss_parallel()``), which
+    replaces the two fused kernels with decompositions. Its ``_log_softmax`` upcasts to fp32
+    (``elementwise_dtypes``) and holds the fp32 input, ``shifted`` and ``exp(shifted)`` (or the fp32
+    result) beside the 16-bit logits, then casts the result back for a 16-bit loss: 2 + 4 + 4 + 4
+    (+ 2). Its backward (``_nll_loss_and_log_softmax_backward``: ``(zeros_like(x) + exp(x)) *
+    grad_output``) holds the saved log-softmax output, the zeros, ``exp(x)`` and their sum: 4 x
+    the result's bytes. The peak is the larger of the two: fp32 16 (+ 2 if the loop keeps the
+    logits) against the single kernels' 12, a 16-bit loss 16 (its forward) against 6, as
+    tests/test_memory_mechanisms.py reads off PyTorch's allocator on CPU.
     """
     if loss_kernel is LossKernel.COMPILED and fused_kernels:
         return BYTES_16BIT + BYTES_16BIT
     kept_logits = BYTES_16BIT if keeps_logits else 0
+    result_bytes = BYTES_16BIT if loss_dtype is LossDtype.HALF else BYTES_FP32
     if loss_kernel is LossKernel.FUSED:
-        return kept_logits + BYTES_16BIT + (BYTES_16BIT if loss_dtype is LossDtype.HALF else BYTES_FP32)
-    return kept_logits + 3 * (BYTES_16BIT if loss_dtype is LossDtype.HALF else BYTES_FP32)
+        return kept_logits + BYTES_16BIT + result_bytes
+    if vocab_parallel:
+        # forward: the 16-bit logits, the fp32 input, shifted and exp (or the fp32 result), and
+        # the result cast back to 16 bit for a 16-bit loss; backward: the saved output, zeros,
+        # exp and their sum.
+        forward = BYTES_16BIT + 3 * BYTES_FP32 + (result_bytes if loss_dtype is LossDtype.HALF else 0)
+        return max(forward, kept_logits + 4 * result_bytes)
+    return kept_logits + 3 * result_bytes
 
 
 def _head_profile(
@@ -710,7 +732,10 @@ def analytic_profile(
         layers += [_renamed(moe_layer if model.is_moe_layer(i) else dense_layer, f"layer.{i}") for i in range(model.num_layers)]
     else:
         layers += [dense_layer if i == 0 else _renamed(dense_layer, f"layer.{i}") for i in range(model.num_layers)]
-    loss_bytes = loss_peak_bytes_per_logit(training.loss_dtype, training.loss_kernel, training.fused_kernels, training.loss_keeps_logits)
+    loss_bytes = loss_peak_bytes_per_logit(
+        training.loss_dtype, training.loss_kernel, training.fused_kernels, training.loss_keeps_logits,
+        vocab_parallel=shape.tp_size > 1,
+    )
     head = _head_profile(model, cluster, training.precision, *args, loss_bytes_per_logit=loss_bytes)
     if model.mtp_num_layers:
         mtp_layer = moe_layer if mtp_layer_is_moe(model) else dense_layer
