@@ -32,6 +32,8 @@ GPU_OPTIONAL = (
     ("hbm_efficiency", "hbm_efficiency", float),
     ("num_sms", "num_sms", int),
     ("gemm_saturation_dim", "gemm_saturation_dim", float),
+    # SFU exponentials (MUFU.EX2) in 10^12 per second, the softmax's exp in fused attention.
+    ("exp_tera_per_s", "exp_per_s", lambda value: float(value) * TERA),
 )
 
 # Optional cluster figures: (entry key, ClusterSpec field, scale to SI). Absent keys keep

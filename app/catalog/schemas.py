@@ -249,6 +249,9 @@ class StoredGpuSpec(BaseModel):
         MISSING, description="small-GEMM slowdown scale: d / (d + this) per GEMM dimension d (calibrated GPUs)"
     )
     num_sms: int | MISSING = Field(MISSING, description="streaming multiprocessors")
+    exp_tera_per_s: float | MISSING = Field(
+        MISSING, description="special-function-unit exponentials (MUFU.EX2), 10^12 per second: the softmax's exp in fused attention"
+    )
     sources: dict[str, str] | MISSING = Field(MISSING, description=SOURCES_DESCRIPTION)
     measured: GpuCalibration | MISSING = MISSING
 

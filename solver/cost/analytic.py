@@ -156,11 +156,31 @@ def _attention_core_s(
     block_s = gemm_time_s(gpu, precision16, q, q, qk, heads_local) + gemm_time_s(gpu, precision16, q, v, q, heads_local)
     if training.flash_attention:
         causal = 0.5 if model.architecture is Architecture.DECODER else 1.0
+        # One exponential per score each pass (forward P = exp(S - m), backward recomputes P),
+        # on the SFUs, between the tile's two GEMMs (see flash_exponential_s).
+        exp_s = flash_exponential_s(gpu, causal * cp_size * heads_local * q * q)
         forward_s = causal * cp_size * block_s
-        return forward_s, FLASH_BACKWARD_TO_FORWARD * forward_s, 0.0
+        return forward_s + exp_s, FLASH_BACKWARD_TO_FORWARD * forward_s + exp_s, 0.0
     forward_s = cp_size * block_s
     score_s = elementwise_time_s(gpu, elementwise.score_bytes * heads_local * q * s, kernels=2)
     return forward_s, BACKWARD_TO_FORWARD * forward_s, score_s
+
+
+def flash_exponential_s(gpu: GpuSpec, scores: float) -> float:
+    """Seconds one pass of a fused attention kernel spends on the exponentials of ``scores``
+    score elements, one each (FlashAttention-2, Dao 2023, Algorithms 1 and 2: the forward's
+    P = exp(S - m) and the backward's recomputed P = exp(S - L)), at the GPU's special function
+    unit rate (``GpuSpec.exp_per_s``, MUFU.EX2), charged beside the tile's GEMM time, not hidden
+    under it: within a tile the second GEMM (P V; in backward dV and dS) needs the exponentials
+    of the first's scores. NVIDIA's "Making Softmax More Efficient with NVIDIA Blackwell Ultra"
+    (developer blog) shows this gap on GB200 (tensor cores idle between BMM1 and BMM2
+    while the SFUs run softmax) and measures Blackwell Ultra's doubled MUFU.EX2 rate shortening
+    it (FP8 attention forward about 35% faster on GB300); FlashAttention-4 (Zadouri et al. 2026,
+    arXiv 2603.05451) finds B200's exponentials (16 per clock per SM, as on Hopper) as slow as
+    its BF16 tensor cores at head dimension 128. 0 where the GPU states no rate."""
+    if gpu.exp_per_s is None:
+        return 0.0
+    return scores / gpu.exp_per_s
 
 
 def ring_exchange_bytes(model: ModelSpec, shape: ProfileShape, seq_length: int) -> float:

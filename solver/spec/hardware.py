@@ -26,6 +26,7 @@ LATENCY_S_RANGE = (0.0, 1.0)  # per collective step
 EFFICIENCY_RANGE = (1e-3, 1.0)  # 0.1% to 100% of a peak: GEMM, HBM streaming, collective bus
 SATURATION_DIM_RANGE = (0.0, 1e6)  # k at half efficiency (the short-k penalty)
 NUM_SMS_RANGE = (1, 100_000)
+EXP_PER_S_RANGE = (1e9, 1e15)  # SFU exponentials per second: 10^9 to 10^15
 OVERLAP_SLOWDOWN_RANGE = (0.0, 10.0)  # compute beside a collective: as fast as alone to 11x slower
 GPU_HOUR_PRICE_USD_RANGE = (0.0, 1e6)  # beyond it a cost is no longer meaningful (and may overflow)
 HOST_MEMORY_BYTES_RANGE = (2**20, 2**60)  # 1 MiB to 1 EiB of host memory per node
@@ -86,6 +87,9 @@ class GpuSpec:
     ``kernel_launch_s`` the fixed time each kernel adds;
     ``overlap_slowdown`` how much slower compute runs while a collective runs beside it (0.189:
     18.9% slower). Defaults: see the module constants.
+    ``exp_per_s`` the exponentials per second its special function units run (MUFU.EX2, the
+    softmax's exp inside a fused attention kernel); None where no source states it (no
+    exponential term is charged, see ``solver.cost.analytic``).
     """
 
     name: str
@@ -98,6 +102,7 @@ class GpuSpec:
     hbm_efficiency: float = DEFAULT_HBM_EFFICIENCY
     kernel_launch_s: float = KERNEL_LAUNCH_S
     overlap_slowdown: float = DEFAULT_OVERLAP_SLOWDOWN
+    exp_per_s: float | None = None
 
     def __post_init__(self) -> None:
         peaks = {Precision(k): float(v) for k, v in self.peak_flops_per_s.items()}
@@ -117,6 +122,8 @@ class GpuSpec:
         check_in_range("gpu.num_sms", self.num_sms, *NUM_SMS_RANGE)
         check_in_range("gpu.kernel_launch_s", self.kernel_launch_s, *LATENCY_S_RANGE, "s")
         check_in_range("gpu.overlap_slowdown", self.overlap_slowdown, *OVERLAP_SLOWDOWN_RANGE)
+        if self.exp_per_s is not None:
+            check_in_range("gpu.exp_per_s", self.exp_per_s, *EXP_PER_S_RANGE, "exp/s")
 
     def supports(self, precision: Precision) -> bool:
         return precision in self.peak_flops_per_s
