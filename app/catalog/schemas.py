@@ -400,6 +400,12 @@ class StackFacts(BaseModel):
     )
     grad_bucket_copy: bool = Field(description="PyTorch DDP's all-reduce buckets are a second copy of the gradients (gradient_as_bucket_view off)")
     loss_keeps_logits: bool = Field(description="the training loop still references the 16-bit logits when backward starts (its memory at the loss)")
+    sp_saved_input: Literal["sharded", "gathered"] = Field(
+        description=(
+            "under sequence parallelism, a column-parallel GEMM keeps its sequence-sharded input (Megatron: gathered again in backward) "
+            "or the all-gathered one (DTensor)"
+        )
+    )
 
 
 class StackFactSources(BaseModel):
@@ -424,6 +430,7 @@ class StackFactSources(BaseModel):
     autocast_weights: str
     grad_bucket_copy: str
     loss_keeps_logits: str
+    sp_saved_input: str
 
 
 class StackEntry(BaseModel):

@@ -86,6 +86,13 @@ class Training(BaseModel):
     loss_keeps_logits: Flag | None = Field(
         None, description="the training loop still references the 16-bit logits when backward starts; null: the stack's"
     )
+    sp_saved_input: Literal["sharded", "gathered"] | None = Field(
+        None,
+        description=(
+            "under sequence parallelism, a column-parallel GEMM keeps its sequence-sharded input (Megatron: gathered again in backward) "
+            "or the all-gathered one (DTensor); null: the stack's"
+        ),
+    )
     # Megatron-core's --recompute-modules (solver.spec.training.RecomputeModule): what a selectively
     # recomputed layer recomputes where the stack's selective mode is "attention".
     recompute_modules: list[Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act"]] | None = Field(

@@ -43,7 +43,7 @@ from solver.cost.moe import MoeMlpCost, ep_comm_exposed_s, moe_mlp_cost
 from solver.cost.profile import LayerKind, LayerProfile, ModelProfile, ProfileShape
 from solver.spec.hardware import ClusterSpec, GpuSpec
 from solver.spec.model import Architecture, MlpActivation, ModelSpec
-from solver.spec.training import LossDtype, LossKernel, Precision, RecomputeModule, SelectiveRecompute, TrainingSpec
+from solver.spec.training import LossDtype, LossKernel, Precision, RecomputeModule, SelectiveRecompute, SpSavedInput, TrainingSpec
 
 BYTES_16BIT = 2
 BYTES_FP32 = 4
@@ -240,14 +240,18 @@ def _fp8_cast_s(model: ModelSpec, gpu: GpuSpec, precision: Precision, tokens: fl
 
 
 def _kept_bytes(
-    model: ModelSpec, shape: ProfileShape, s: int, flash: bool, gemm_input_bytes: float = BYTES_16BIT
+    model: ModelSpec, shape: ProfileShape, s: int, flash: bool, gemm_input_bytes: float = BYTES_16BIT,
+    gathered_input_bytes: float | None = None,
 ) -> tuple[int, int, int]:
     """Activation bytes one layer keeps for backward with no, selective and full recomputation
     (Korthikanti et al. 2022 Table 2, generalised to GQA and SwiGLU), on one rank of a
     context-parallel group: every term is that of its b * s/cp tokens. The four GEMM inputs kept
     for the weight gradients (QKV, attention output projection, MLP up and down) take
     ``gemm_input_bytes`` per element: 2, or the low-precision copy where the stack keeps that
-    (``TrainingSpec.low_precision_saved_inputs``)."""
+    (``TrainingSpec.low_precision_saved_inputs``). Under sequence parallelism Korthikanti et al.
+    keep the QKV and MLP-up inputs sharded (/t) like the rest of the replicated terms; where the
+    stack keeps them all-gathered (``SpSavedInput.GATHERED``: ``gathered_input_bytes`` per
+    element, see ``_gathered_input_bytes``) they are b*s*h each, at full width."""
     t, b = shape.tp_size, shape.micro_batch_size
     h, a, kv, f = model.hidden_size, model.num_attention_heads, model.kv_hidden_size, model.ffn_hidden_size
     tokens = b * s // shape.cp_size
@@ -260,6 +264,9 @@ def _kept_bytes(
     split = (2 + g) * tokens * h + 4 * tokens * kv + ((4 if swiglu else 2) + g) * tokens * f
     scores = 0 if flash else 5 * a * tokens * s  # softmax out, dropout mask, dropout out
     replicated_local = replicated / t if shape.sequence_parallel else replicated
+    if shape.sequence_parallel and gathered_input_bytes is not None:
+        # The norms' inputs and the masks stay sharded; the two GEMM inputs are the all-gathered ones.
+        replicated_local = (4 + 2) * tokens * h / t + 2 * gathered_input_bytes * tokens * h
     checkpoint = BYTES_16BIT * tokens * h / (t if shape.sequence_parallel else 1)
     return int(replicated_local + (split + scores) / t), int(replicated_local + split / t), int(checkpoint)
 
@@ -408,7 +415,9 @@ def _layer_profile(
         cluster, ring_exchange_bytes(model, shape, s), cp, t, attention_forward_s, attention_backward_s
     )
 
-    activation, selective, checkpoint = _kept_bytes(model, shape, s, flash, _saved_input_bytes(training))
+    activation, selective, checkpoint = _kept_bytes(
+        model, shape, s, flash, _saved_input_bytes(training), _gathered_input_bytes(training, shape)
+    )
     if training.selective_recompute is SelectiveRecompute.OP:
         selective, selective_recompute_s = _op_selective(
             model, gpu, precision, shape, tokens, flash, checkpoint,
@@ -437,6 +446,19 @@ def _layer_profile(
         model_flops=3.0 * (layer_forward_gemm_flops(model, tokens) + attention_score_flops(model, b, s) / cp) / t,
         backward_working_bytes=backward_working_bytes(model, shape, s, flash),
     )
+
+
+def _gathered_input_bytes(training: TrainingSpec, shape: ProfileShape) -> float | None:
+    """Bytes per element of the all-gathered QKV and MLP-up inputs a column-parallel GEMM keeps
+    under sequence parallelism (``SpSavedInput.GATHERED``), or None where it keeps the sharded
+    input (``SpSavedInput.SHARDED``, Megatron) or there is no sequence parallelism. The gathered
+    copy is in the dtype the all-gather ran in: FP8 for FP8 GEMMs (torchao's
+    ``PrepareFloat8ModuleInput`` casts before the all-gather and ``Float8Linear`` saves the FP8
+    input as it arrives: solver.spec.training.SpSavedInput), else 16 bits (the block-scaled
+    formats included: no source here shows them gathered in their low precision)."""
+    if training.sp_saved_input is not SpSavedInput.GATHERED or not shape.sequence_parallel or shape.tp_size <= 1:
+        return None
+    return bytes_per_element(training.precision) if training.precision is Precision.FP8 else BYTES_16BIT
 
 
 def _saved_input_bytes(training: TrainingSpec) -> float:

@@ -88,6 +88,39 @@ class LossKernel(str, Enum):
     EAGER = "eager"
 
 
+class SpSavedInput(str, Enum):
+    """What a column-parallel GEMM keeps for backward under sequence parallelism, where its input
+    (the norm's output) arrives sharded over the sequence and is all-gathered before the QKV and
+    MLP-up GEMMs (``solver.cost.analytic._kept_bytes``).
+
+    SHARDED: the sharded input, all-gathered again in backward for the weight gradient; the
+    forward's gathered copy sits in one global buffer that every layer reuses
+    (NVIDIA/Megatron-LM 000c4ac24f61159c138b0975def722c65245983c,
+    megatron/core/tensor_parallel/layers.py ``LinearWithGradAccumulationAndAsyncCommunication``:
+    ``ctx.save_for_backward(input, weight)`` of the sharded ``input``, forward gathers into
+    ``get_global_memory_buffer()``, backward gathers ``input`` again before the wgrad GEMM).
+    Korthikanti et al. 2022's b*s*h/t per input.
+    GATHERED: the all-gathered input, b*s*h per input, in the dtype it was gathered in (PyTorch
+    DTensor tensor parallelism as torchtitan applies it, pytorch/torchtitan
+    9dec370ad26b5f8e9a7333a0e36165018262644b torchtitan/parallelisms/parallelize_llama.py
+    ``apply_tp``: ``PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=
+    (Replicate(), None))`` on ``attention`` and on ``feed_forward`` redistributes the norm's
+    sequence-sharded output to a replicated tensor, an autograd-tracked all-gather, which the
+    ColwiseParallel wq / wk / wv and w1 / w3 take as their input and their matmuls save;
+    pytorch/pytorch 004c2c9abc52d60e800e06339bb5784f748ce5d5 torch/distributed/tensor/parallel/
+    style.py). The sharded norm output is then not kept: the all-gather saves nothing. With
+    torchao's float8 the input is cast to FP8 before the all-gather (pytorch/ao
+    692236a6eaedd72ed3e307fe4eaac9a7fb292d9d torchao/float8/float8_tensor_parallel.py
+    ``PrepareFloat8ModuleInput``: "the float8 cast happens before the all-gather"), and
+    Float8Linear saves an input that arrives in FP8 as it is (float8_linear.py
+    ``manual_float8_matmul_with_args_in_float8`` there, ``matmul_with_hp_or_float8_args`` from
+    12396c648, 2025-01-13): 1 byte per element.
+    """
+
+    SHARDED = "sharded"
+    GATHERED = "gathered"
+
+
 class SelectiveRecompute(str, Enum):
     """What a stack's selective recomputation keeps and what it recomputes.
 
@@ -225,6 +258,9 @@ class TrainingSpec:
     # the loss's own tensors (solver.cost.analytic.loss_peak_bytes_per_logit): torchtitan before
     # e29b6b4d4 (2024-06-12, #391: "del logits=(bs, seq_len, vocab_size) to save 3.9G memory").
     loss_keeps_logits: bool = False
+    # What a column-parallel GEMM keeps for backward under sequence parallelism (``SpSavedInput``):
+    # Korthikanti et al.'s sharded input (Megatron), the default, or the all-gathered one (DTensor).
+    sp_saved_input: SpSavedInput = SpSavedInput.SHARDED
     # What selective recomputation recomputes in a Megatron-style stack (``RecomputeModule``).
     recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES
 
@@ -238,6 +274,7 @@ class TrainingSpec:
         object.__setattr__(self, "grad_reduce", GradReduce(self.grad_reduce))
         object.__setattr__(self, "loss_dtype", LossDtype(self.loss_dtype))
         object.__setattr__(self, "loss_kernel", LossKernel(self.loss_kernel))
+        object.__setattr__(self, "sp_saved_input", SpSavedInput(self.sp_saved_input))
         try:
             modules = tuple(sorted({RecomputeModule(m) for m in self.recompute_modules}, key=list(RecomputeModule).index))
         except (TypeError, ValueError):
