@@ -22,8 +22,10 @@ from bench.memory import (
     summarize,
 )
 
-# Today's result (bench/memory.py): 28 of 38 within 10%, MAPE 10.2%: eager PyTorch's cross entropy
-# over vocabulary-sharded logits under tensor parallelism (DTensor's loss parallel, 16 bytes per logit
+# Today's result (bench/memory.py): 28 of 38 within 10%, MAPE 10.1%: torchtitan's column-parallel
+# GEMMs keep their all-gathered inputs under sequence parallelism (sp_saved_input, 10.2% before).
+# Before that (28 of 38, 10.2%): eager PyTorch's cross entropy over vocabulary-sharded logits
+# under tensor parallelism (DTensor's loss parallel, 16 bytes per logit
 # against the single kernels' 12; analytic.loss_peak_bytes_per_logit). Before that (27 of 38, 11.2%):
 # each layer's backward writing its input gradients beside its activations (solver.cost.analytic.backward_working_bytes; 11.4%
 # before, the loss's peak still above it on most records). Before that: the head's loss peak and the
