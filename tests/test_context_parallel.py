@@ -320,7 +320,9 @@ def test_an_evaluation_with_cp_size_over_http(api):
     response = api.post("/v1/evaluations", json=_evaluation_body(cp_size=4))
     assert response.status_code == 200, response.text
     result = response.json()
-    expected = evaluate(LLAMA3_8B, H100_16, LONG, ParallelConfig(dp_size=2, tp_size=2, cp_size=4, zero_stage=ZeroStage.OS, sequence_parallel=True))
+    # The request names no stack: the default stack's facts (torchtitan keeps its SP-gathered GEMM inputs).
+    stack = dataclasses.replace(LONG, **catalog.get_stack_facts(catalog.default_stack_name()))
+    expected = evaluate(LLAMA3_8B, H100_16, stack, ParallelConfig(dp_size=2, tp_size=2, cp_size=4, zero_stage=ZeroStage.OS, sequence_parallel=True))
     assert result["prediction"]["step_time_s"] == pytest.approx(expected.prediction.step_time_s, rel=1e-9)
     assert result["memory"]["peak_gib"] == pytest.approx(expected.peak_bytes / 2**30, rel=1e-9)
     assert result["num_micro_batches"] == 8  # 16 sequences over dp 2: cp ranks share each sequence
