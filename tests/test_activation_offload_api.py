@@ -23,8 +23,12 @@ def test_an_evaluation_offloading_layers_moves_their_activations_to_the_host(api
     without, offloaded = _evaluate(api), _evaluate(api, activation_offload_layers=16)
     saved = without["memory"]["breakdown_gib"]["activations"] - offloaded["memory"]["breakdown_gib"]["activations"]
     assert saved > 0
-    # Half of the 32 layers: half the transformer activations, to the host of the 4-GPU tray.
-    assert saved == pytest.approx(without["memory"]["breakdown_gib"]["activations"] / 2, rel=0.01)
+    # Half of the 32 layers: half the layers' kept activations, to the host of the 4-GPU tray. One
+    # layer's backward working set stays on the GPU beside them, so a little under half the total,
+    # and every offloaded layer frees the same bytes.
+    quarter = without["memory"]["breakdown_gib"]["activations"] - _evaluate(api, activation_offload_layers=8)["memory"]["breakdown_gib"]["activations"]
+    assert saved == pytest.approx(2 * quarter, rel=1e-3)
+    assert 0.45 * without["memory"]["breakdown_gib"]["activations"] < saved < without["memory"]["breakdown_gib"]["activations"] / 2
     assert offloaded["memory"]["host_gib_per_node"] == pytest.approx(4 * saved, rel=0.01)
     assert without["memory"]["host_gib_per_node"] == 0
 
