@@ -14,42 +14,24 @@ model's figure. Skipped where torch is not installed.
 from __future__ import annotations
 
 import pytest
+from torch_allocations import peak_live_bytes, profiled
 
 from solver.cost.analytic import backward_working_bytes
 from solver.cost.profile import ProfileShape
 from solver.spec.model import MlpActivation, ModelSpec
 
 torch = pytest.importorskip("torch")
-profiler = pytest.importorskip("torch.profiler")
-_EventType = pytest.importorskip("torch._C._profiler")._EventType
 
 TOKENS, HIDDEN = 2048, 128
 BF16 = 2
 
 
-def _profiled(fn):
-    with profiler.profile(activities=[profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
-        result = fn()
-    return prof, result
-
-
 def _backward_peak_bytes(mlp, x) -> int:
     """Peak of the live CPU bytes the backward of ``mlp(x)`` allocates, above its start. The
     forward runs under the profiler too: it reports the frees of blocks it saw allocated only."""
-    _, output = _profiled(lambda: mlp(x))
+    _, output = profiled(lambda: mlp(x))
     gradient = torch.randn_like(output)
-    prof, _ = _profiled(lambda: output.backward(gradient))
-    events, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        event = stack.pop()
-        if event.typed[0] == _EventType.Allocation:
-            events.append((event.start_time_ns, event.typed[1].alloc_size))
-        stack.extend(event.children)
-    live = peak = 0
-    for _, size in sorted(events):
-        live += size
-        peak = max(peak, live)
-    return peak
+    return peak_live_bytes(profiled(lambda: output.backward(gradient))[0])
 
 
 def _mlp(activation: MlpActivation, ffn: int):

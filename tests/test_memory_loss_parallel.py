@@ -12,14 +12,13 @@ or torch.distributed is not available.
 from __future__ import annotations
 
 import pytest
+from torch_allocations import peak_live_bytes, profiled
 
 from solver.cost.analytic import loss_peak_bytes_per_logit
 from solver.spec.training import LossDtype, LossKernel
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
-profiler = pytest.importorskip("torch.profiler")
-_EventType = pytest.importorskip("torch._C._profiler")._EventType
 
 ROWS, VOCAB = 1024, 512
 LOGITS = ROWS * VOCAB
@@ -27,19 +26,7 @@ LOGITS = ROWS * VOCAB
 
 def _peak_bytes(fn) -> int:
     """Peak of the live CPU bytes ``fn`` allocates, above its start."""
-    with profiler.profile(activities=[profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    events, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        event = stack.pop()
-        if event.typed[0] == _EventType.Allocation:
-            events.append((event.start_time_ns, event.typed[1].alloc_size))
-        stack.extend(event.children)
-    live = peak = 0
-    for _, size in sorted(events):
-        live += size
-        peak = max(peak, live)
-    return peak
+    return peak_live_bytes(profiled(fn)[0])
 
 
 @pytest.fixture(scope="module")
