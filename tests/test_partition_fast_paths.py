@@ -95,7 +95,7 @@ def _stage_cost_per_layer(problem: PartitionProblem, stage: int, chunks, recompu
             time_ns += problem.layer_time_ns[layer] + (problem.layer_recompute_ns[layer] if full else 0)
             kept += problem.layer_checkpoint_kib[layer] if full else problem.layer_kept_kib[layer]
             state += problem.layer_state_kib[layer]
-    working = problem.working_kib if any(recomputed) else 0
+    working = problem.stage_working_kib[stage] if any(recomputed) else 0
     memory = stage_memory_kib(problem.in_flight[stage], kept, state - problem.stage_extra_state_kib[stage], working)
     return time_ns, memory, state
 

@@ -59,16 +59,17 @@ def range_tables(problem: PartitionProblem, starts: np.ndarray | None = None) ->
     recomputed = np.zeros((p, a.shape[0], layers), dtype=np.int64)
     in_flight = np.asarray(problem.in_flight, dtype=np.float64)[:, None, None]
     budgets = np.asarray(problem.stage_budget_kib, dtype=np.int64)[:, None, None]
+    stage_working = np.asarray(problem.stage_working_kib, dtype=np.int64)[:, None, None]
     extra_ns = np.asarray(problem.stage_extra_time_ns, dtype=np.int64)[:, None, None]
     block = max(1, TABLE_BLOCK_ENTRIES // (a.shape[0] * layers))
     for first in range(0, p, block):  # a block of stages at a time, elementwise as one stage
         stages = slice(first, min(p, first + block))
-        f, budget = in_flight[stages], budgets[stages]
+        f, budget, working = in_flight[stages], budgets[stages], stage_working[stages]
 
-        def memory(k: np.ndarray, f: np.ndarray = f) -> np.ndarray:  # these stages' in-flight counts
+        def memory(k: np.ndarray, f: np.ndarray = f, working: np.ndarray = working) -> np.ndarray:  # these stages' counts
             split = np.minimum(a + k, b)
             kept = ckpt_p[split] - ckpt_p[a] + kept_p[b] - kept_p[split]
-            return stage_memory_kib(f, kept, state, np.where(k > 0, problem.working_kib, 0))
+            return stage_memory_kib(f, kept, state, np.where(k > 0, working, 0))
 
         none = np.zeros(f.shape[:1] + held.shape, dtype=held.dtype)
         held_here = none + held
@@ -76,7 +77,7 @@ def range_tables(problem: PartitionProblem, starts: np.ndarray | None = None) ->
         if problem.allow_recompute and same_memory:
             # Memory rows identical (a measured profile whose times vary): closed form for k.
             kept, ckpt = problem.layer_kept_kib[0], problem.layer_checkpoint_kib[0]
-            needed = least_recompute(memory(none), problem.working_kib, budget, f * (kept - ckpt))
+            needed = least_recompute(memory(none), working, budget, f * (kept - ckpt))
             needed = needed.astype(np.int64)
             possible = valid & ~plain & (kept > ckpt) & (needed <= held)
             k = np.where(plain, 0, np.where(possible, needed, 0))
@@ -129,7 +130,7 @@ def fits_table(problem: PartitionProblem, starts: np.ndarray | None = None) -> n
         plain = valid & (stage_memory_kib(f, kept_p[b] - kept_p[a], state, 0) <= budget)
         fits[stage] = plain
         if problem.allow_recompute:
-            recomputed = stage_memory_kib(f, ckpt_p[b] - ckpt_p[a], state, problem.working_kib)
+            recomputed = stage_memory_kib(f, ckpt_p[b] - ckpt_p[a], state, problem.stage_working_kib[stage])
             fits[stage] |= valid & (recomputed <= budget)
     return fits
 

@@ -110,7 +110,7 @@ class _PartitionModel:
             self.stage_time_ns[j] = stage_time_ns(t * self.count[j], r * self.recomputed[j], problem.stage_extra_time_ns[j])
             self.stage_state_kib[j] = state * self.count[j] + problem.stage_extra_state_kib[j]
             kept_kib = kept * self.count[j] - (kept - ckpt) * self.recomputed[j]
-            memory_kib = stage_memory_kib(f, kept_kib, state * self.count[j], problem.working_kib * self.any_recompute[j])
+            memory_kib = stage_memory_kib(f, kept_kib, state * self.count[j], problem.stage_working_kib[j] * self.any_recompute[j])
             m.add(memory_kib <= problem.stage_budget_kib[j])  # memory constraint of stage j
 
     def _add_prefix_stage_totals(self) -> None:
@@ -145,7 +145,7 @@ class _PartitionModel:
             state = at_start["state", j + 1] - at_start["state", j]
             self.stage_state_kib[j] = state + problem.stage_extra_state_kib[j]
             kept = (at_end["checkpoint", j] - at_start["checkpoint", j]) + (at_start["kept", j + 1] - at_end["kept", j])
-            memory_kib = stage_memory_kib(f, kept, state, problem.working_kib * self.any_recompute[j])
+            memory_kib = stage_memory_kib(f, kept, state, problem.stage_working_kib[j] * self.any_recompute[j])
             m.add(memory_kib <= problem.stage_budget_kib[j])  # memory constraint of stage j
 
     def _add_objective_bounds(self) -> None:
@@ -230,7 +230,7 @@ def greedy_partition(problem: PartitionProblem) -> PartitionSolution | None:
         f, budget = problem.in_flight[stage], problem.stage_budget_kib[stage]
         for k in range(start_k, (b - a if problem.allow_recompute else 0) + 1):  # the least k that fits
             kept = ckpt_p[a + k] - ckpt_p[a] + kept_p[b] - kept_p[a + k]
-            if stage_memory_kib(f, kept, state_p[b] - state_p[a], problem.working_kib if k else 0) <= budget:
+            if stage_memory_kib(f, kept, state_p[b] - state_p[a], problem.stage_working_kib[stage] if k else 0) <= budget:
                 return k
         return None
 

@@ -35,7 +35,8 @@ def _stage_tables(problem: PartitionProblem) -> tuple[np.ndarray, np.ndarray, in
     fits_plain = without <= budget
     saving = in_flight * (kept - ckpt)  # memory saved by each recomputed layer
     if problem.allow_recompute and kept > ckpt:
-        needed = least_recompute(without, problem.working_kib, budget, saving)
+        working = np.array(problem.stage_working_kib, dtype=np.float64)[:, None]
+        needed = least_recompute(without, working, budget, saving)
     else:
         needed = np.full(without.shape, np.inf)
     recomputed = np.where(fits_plain, 0, needed)

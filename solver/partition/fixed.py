@@ -40,7 +40,7 @@ def stage_cost(
             time_ns += problem.layer_time_ns[layer] + (problem.layer_recompute_ns[layer] if full else 0)
             kept += problem.layer_checkpoint_kib[layer] if full else problem.layer_kept_kib[layer]
             state += problem.layer_state_kib[layer]
-    working = problem.working_kib if any(recomputed) else 0
+    working = problem.stage_working_kib[stage] if any(recomputed) else 0
     memory = stage_memory_kib(problem.in_flight[stage], kept, state - problem.stage_extra_state_kib[stage], working)
     return time_ns, memory, state
 
@@ -54,7 +54,7 @@ def _identical_stage_cost(
     time_ns = problem.stage_extra_time_ns[stage] + held * problem.layer_time_ns[0] + full * problem.layer_recompute_ns[0]
     kept = full * problem.layer_checkpoint_kib[0] + (held - full) * problem.layer_kept_kib[0]
     layers_state = held * problem.layer_state_kib[0]
-    working = problem.working_kib if any(recomputed) else 0
+    working = problem.stage_working_kib[stage] if any(recomputed) else 0
     memory = stage_memory_kib(problem.in_flight[stage], kept, layers_state, working)
     return time_ns, memory, problem.stage_extra_state_kib[stage] + layers_state
 
@@ -111,7 +111,7 @@ def _identical(problem: PartitionProblem, chunk_layers: tuple[int, ...]) -> Part
         for total in range(least, held + 1 if problem.allow_recompute else 1):
             counts = [min(k, n) for k, n in zip(_spread(total, len(mine)), mine)]
             full = sum(counts)
-            working = problem.working_kib if any(counts) else 0
+            working = problem.stage_working_kib[stage] if any(counts) else 0
             if stage_memory_kib(f, full * ckpt + (held - full) * kept, held * state, working) <= budget:
                 break
         else:
@@ -132,5 +132,5 @@ def _least_recompute(problem: PartitionProblem, stage: int, held: int) -> int | 
         return 0
     if not problem.allow_recompute or kept <= ckpt:
         return None
-    least = int(least_recompute(without, problem.working_kib, budget, f * (kept - ckpt)))
+    least = int(least_recompute(without, problem.stage_working_kib[stage], budget, f * (kept - ckpt)))
     return least if least <= held else None

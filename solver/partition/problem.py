@@ -72,7 +72,10 @@ class PartitionProblem:
     layer_kept_kib: tuple[int, ...]  # activations kept per in-flight micro-batch, not recomputed
     layer_checkpoint_kib: tuple[int, ...]  # the same when fully recomputed (its input only)
     layer_state_kib: tuple[int, ...]  # weights + gradients + optimizer states on one GPU
-    working_kib: int  # one layer's backward working set (recompute and gradients, stage.working_bytes) beyond the base's (in the budgets)
+    # Per stage: what recomputing a layer adds to its memory, one layer's backward working set
+    # (recompute and gradients, stage.working_bytes) beyond the base's, which the budgets hold
+    # (less on the head's stage, whose loss peak and working set are alive one after the other).
+    stage_working_kib: tuple[int, ...]
     in_flight: tuple[float, ...]  # micro-batches of activations each stage holds at its peak
     stage_extra_time_ns: tuple[int, ...]  # embedding on the first stage, head on the last
     stage_extra_state_kib: tuple[int, ...]  # the embedding's / head's model states
@@ -134,7 +137,7 @@ def stage_time_ns(layers_ns: Any, recompute_ns: Any, extra_ns: Any) -> Any:
     return layers_ns + recompute_ns + extra_ns
 
 
-def least_recompute(without_kib: Any, working_kib: int, budget_kib: Any, saving_kib: Any) -> Any:
+def least_recompute(without_kib: Any, working_kib: Any, budget_kib: Any, saving_kib: Any) -> Any:
     """Identical memory rows: the least k >= 1 recomputed layers with
     ``without - k * saving + working <= budget``, where ``without`` is the stage's memory with
     none recomputed and ``saving`` what each recomputed layer frees (in-flight x (kept -
@@ -246,7 +249,8 @@ def partition_problem(
     def accumulation_s(parameter_count: float) -> float:
         return grad_accumulation_s(gpu, parameter_count, policy) - launch_s
 
-    extra_time, extra_state, budget = [], [], []
+    extra_time, extra_state, budget, stage_working = [], [], [], []
+    full_working_kib = max(base_working_kib, max(working, default=0))
     # A middle stage holds neither the embedding nor the head: its extras are one launch and its
     # fixed memory the gather buffers, whatever its in-flight count. Worked out once.
     middle: tuple[int, int, int] | None = None  # its (time, state, budget)
@@ -256,12 +260,12 @@ def partition_problem(
             extra_time.append(middle[0])
             extra_state.append(middle[1])
             budget.append(middle[2])
+            stage_working.append(full_working_kib - base_working_kib)
             continue
         extras = [layer for layer, here in ((embedding, first_stage), (head, last_stage)) if layer is not None and here]
         # The head's peak and the base's working set are alive one after the other
-        # (stage.extras_activation_bytes): the head adds what it holds beyond the base's. A stage
-        # that recomputes adds the full working set's excess over the base's on top, which may
-        # overcount the head's stage (the head's peak against the larger working set), never under.
+        # (stage.extras_activation_bytes): the head adds what it holds beyond the base's, and a
+        # stage that recomputes adds its working set's excess (stage_working below).
         fixed = gather_buffers + extras_activation_bytes(
             in_flight[stage], embedding if first_stage else None, head if last_stage else None, policy.base_recompute,
             base_working_kib * KIB_BYTES,
@@ -272,6 +276,13 @@ def partition_problem(
         state = _kib(state_per_param * (extra_params - extra_experts) + expert_state_per_param * extra_experts)
         extra_state.append(state)
         budget.append(int(math.floor((allocatable - fixed) / KIB_BYTES)) - state - base_working_kib)
+        if last_stage and head is not None:
+            # The head's stage holds max(head, working set): recomputing raises it from
+            # max(head, base's) to max(head, full), not by the full excess.
+            head_kib = _kib(head.kept_bytes(policy.base_recompute))
+            stage_working.append(max(head_kib, full_working_kib) - max(head_kib, base_working_kib))
+        else:
+            stage_working.append(full_working_kib - base_working_kib)
         if not (first_stage or last_stage):
             middle = (extra_time[-1], state, budget[-1])
 
@@ -297,7 +308,7 @@ def partition_problem(
         layer_kept_kib=kept,
         layer_checkpoint_kib=checkpoints,
         layer_state_kib=state_kib,
-        working_kib=max(0, max(working, default=0) - base_working_kib),
+        stage_working_kib=tuple(stage_working),
         in_flight=in_flight,
         stage_extra_time_ns=tuple(extra_time),
         stage_extra_state_kib=tuple(extra_state),
