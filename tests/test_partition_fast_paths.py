@@ -9,6 +9,8 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import numpy as np
+
 import catalog
 from solver.cost.analytic import analytic_profile
 from solver.cost.profile import ProfileShape
@@ -16,7 +18,7 @@ from solver.partition.chain import solve_chain
 from solver.partition.fixed import fixed_partition, stage_cost
 from solver.partition.problem import PartitionProblem, partition_problem, stage_memory_kib
 from solver.partition.solve import solve
-from solver.partition.tail import identical_tail_start, solve_tail
+from solver.partition.tail import _max_end, _reachable, _reaches_end, identical_tail_start, solve_tail
 from solver.spec.parallel import ParallelConfig
 from solver.spec.training import Recompute, TrainingSpec, ZeroStage
 from tests.test_partition import _brute_force, _key, random_problem
@@ -65,6 +67,38 @@ def test_identical_tail_start():
     problem = head_then_tail(random.Random(31), 12, 3, 3)
     assert identical_tail_start(problem) in (0, 1, 2, 3)  # a drawn head layer may equal the tail's
     assert identical_tail_start(replace(problem, layer_time_ns=problem.layer_time_ns[:-1] + (1,))) == 11
+
+
+def test_identical_tail_start_is_the_first_layer_of_the_identical_run():
+    rng = random.Random(37)
+    for _ in range(300):
+        layers = rng.randint(1, 12)
+        problem = head_then_tail(rng, layers, rng.randint(1, layers), rng.randint(0, layers - 1))
+        rows = [getattr(problem, name) for name in ROWS]
+        if rng.random() < 0.5:  # a difference inside the identical run
+            layer = rng.randrange(layers)
+            rows[0] = rows[0][:layer] + (rows[0][layer] + 1,) + rows[0][layer + 1:]
+            problem = replace(problem, layer_time_ns=rows[0])
+        expected = next(a for a in range(layers) if all(row[a:] == (row[-1],) * (layers - a) for row in rows))
+        assert identical_tail_start(problem) == expected
+
+
+def test_reaches_end_equals_the_stage_by_stage_reachability():
+    """The bisections' feasibility test (through the head stage by stage, then the identical
+    run's closed form) against every stage's reachable boundaries, on random counts of allowed
+    ranges, several bounds at once and one alone."""
+    rng = np.random.default_rng(41)
+    reached = 0
+    for _ in range(3000):
+        layers = int(rng.integers(1, 16))
+        stages, head = int(rng.integers(1, layers + 2)), int(rng.integers(0, layers))
+        most = layers - np.arange(head + 1)  # ranges from start a: at most L - a
+        counts = np.minimum(most, (rng.random((3, stages, head + 1)) * (most + 1) * rng.uniform(0.3, 1.3)).astype(np.int64))
+        expected = _reachable(_max_end(counts, layers))[-1][..., layers]
+        assert (_reaches_end(counts, layers) == expected).all()
+        assert bool(_reaches_end(counts[0], layers)) == bool(expected[0])
+        reached += int(expected.sum())
+    assert 1000 < reached < 8000  # both answers are common
 
 
 def test_deepseek_v3_partitions_through_the_tail_as_the_chain_program_would():

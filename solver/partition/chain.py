@@ -125,13 +125,17 @@ def fits_table(problem: PartitionProblem, starts: np.ndarray | None = None) -> n
     valid = b > a
     state = state_p[b] - state_p[a]
     fits = np.zeros((p, a.shape[0], layers), dtype=bool)
-    for stage in range(p):
-        f, budget = problem.in_flight[stage], problem.stage_budget_kib[stage]
-        plain = valid & (stage_memory_kib(f, kept_p[b] - kept_p[a], state, 0) <= budget)
-        fits[stage] = plain
+    in_flight = np.asarray(problem.in_flight, dtype=np.float64)[:, None, None]
+    budgets = np.asarray(problem.stage_budget_kib, dtype=np.int64)[:, None, None]
+    working = np.asarray(problem.stage_working_kib, dtype=np.int64)[:, None, None]
+    kept, checkpoints = kept_p[b] - kept_p[a], ckpt_p[b] - ckpt_p[a]
+    block = max(1, TABLE_BLOCK_ENTRIES // (a.shape[0] * layers))
+    for first in range(0, p, block):  # a block of stages at a time, as range_tables does
+        stages = slice(first, min(p, first + block))
+        f, budget = in_flight[stages], budgets[stages]
+        fits[stages] = valid & (stage_memory_kib(f, kept, state, 0) <= budget)
         if problem.allow_recompute:
-            recomputed = stage_memory_kib(f, ckpt_p[b] - ckpt_p[a], state, problem.stage_working_kib[stage])
-            fits[stage] |= valid & (recomputed <= budget)
+            fits[stages] |= valid & (stage_memory_kib(f, checkpoints, state, working[stages]) <= budget)
     return fits
 
 

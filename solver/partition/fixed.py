@@ -24,25 +24,38 @@ def _spread(total: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
+class _Sums:
+    """Prefix sums of a problem's integer layer rows: a range's sum in two lookups (the same
+    integers as adding its layers one by one)."""
+
+    def __init__(self, problem: PartitionProblem) -> None:
+        self.time = [0, *accumulate(problem.layer_time_ns)]
+        self.recompute = [0, *accumulate(problem.layer_recompute_ns)]
+        self.kept = [0, *accumulate(problem.layer_kept_kib)]
+        self.checkpoint = [0, *accumulate(problem.layer_checkpoint_kib)]
+        self.state = [0, *accumulate(problem.layer_state_kib)]
+
+
 def stage_cost(
-    problem: PartitionProblem, stage: int, chunks: list[tuple[int, int]], recomputed: list[int]
+    problem: PartitionProblem, stage: int, chunks: list[tuple[int, int]], recomputed: list[int], sums: _Sums | None = None
 ) -> tuple[int, float, int]:
     """(time ns, memory KiB, model state KiB) of one stage holding ``chunks`` (first layer,
-    count) with the first ``recomputed[j]`` layers of chunk j fully recomputed."""
+    count) with the first ``recomputed[j]`` layers of chunk j fully recomputed. ``sums``: the
+    problem's prefix sums, where the caller costs many stages."""
     if problem.identical_layers:
         return _identical_stage_cost(problem, stage, chunks, recomputed)
+    sums = sums or _Sums(problem)
     time_ns = problem.stage_extra_time_ns[stage]
     kept = 0
-    state = problem.stage_extra_state_kib[stage]
+    layers_state = 0
     for (first, count), k in zip(chunks, recomputed):
-        for layer in range(first, first + count):
-            full = layer < first + k
-            time_ns += problem.layer_time_ns[layer] + (problem.layer_recompute_ns[layer] if full else 0)
-            kept += problem.layer_checkpoint_kib[layer] if full else problem.layer_kept_kib[layer]
-            state += problem.layer_state_kib[layer]
+        end, split = first + count, first + min(k, count)  # layers first .. split - 1 are recomputed
+        time_ns += sums.time[end] - sums.time[first] + sums.recompute[split] - sums.recompute[first]
+        kept += sums.checkpoint[split] - sums.checkpoint[first] + sums.kept[end] - sums.kept[split]
+        layers_state += sums.state[end] - sums.state[first]
     working = problem.stage_working_kib[stage] if any(recomputed) else 0
-    memory = stage_memory_kib(problem.in_flight[stage], kept, state - problem.stage_extra_state_kib[stage], working)
-    return time_ns, memory, state
+    memory = stage_memory_kib(problem.in_flight[stage], kept, layers_state, working)
+    return time_ns, memory, problem.stage_extra_state_kib[stage] + layers_state
 
 
 def _identical_stage_cost(
@@ -68,6 +81,7 @@ def fixed_partition(problem: PartitionProblem, chunk_layers: tuple[int, ...]) ->
     if problem.identical_layers:
         return _identical(problem, chunk_layers)
     starts = _chunk_starts(chunk_layers)
+    sums = _Sums(problem)
     recompute = [0] * len(chunk_layers)
     worst_time, worst_state = 0, 0
     identical = problem.identical_layers
@@ -81,7 +95,7 @@ def fixed_partition(problem: PartitionProblem, chunk_layers: tuple[int, ...]) ->
         for total in range(least, held + 1 if problem.allow_recompute else 1):
             counts = _spread(total, len(mine))
             counts = [min(k, chunk_layers[c]) for k, c in zip(counts, mine)]
-            time_ns, memory, state = stage_cost(problem, stage, chunks, counts)
+            time_ns, memory, state = stage_cost(problem, stage, chunks, counts, sums)
             if memory <= problem.stage_budget_kib[stage]:
                 break
         else:

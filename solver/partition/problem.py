@@ -288,8 +288,11 @@ def partition_problem(
 
     first = params[0] if params else 0
     if any(experts):
-        state_kib = tuple(_kib(state_per_param * (p - e) + expert_state_per_param * e) for p, e in zip(params, experts))
-        times = tuple(t + _ns(accumulation_s(p)) for t, p in zip(times, params))
+        # An MoE model's layers are of a few kinds (dense, MoE): each kind's terms worked out once.
+        kinds = {(p, e): _kib(state_per_param * (p - e) + expert_state_per_param * e) for p, e in set(zip(params, experts))}
+        state_kib = tuple(kinds[p, e] for p, e in zip(params, experts))
+        accumulation = {p: _ns(accumulation_s(p)) for p in set(params)}
+        times = tuple(t + accumulation[p] for t, p in zip(times, params))
     elif params.count(first) == len(params):
         state_kib = (_kib(state_per_param * first),) * len(params)
         accumulation_ns = _ns(accumulation_s(first))

@@ -12,6 +12,12 @@ from solver.partition.tail import identical_tail_start, solve_tail
 CHAIN_TABLE_LIMIT = 20_000_000
 
 
+def uses_cpsat(problem: PartitionProblem) -> bool:
+    """Whether ``solve`` answers ``problem`` with CP-SAT, whose answer may depend on its time limit
+    (every other solver's is a function of the problem alone)."""
+    return not problem.identical_layers and problem.num_stages * problem.num_layers**2 > CHAIN_TABLE_LIMIT
+
+
 def solve(problem: PartitionProblem, time_limit_s: float = 10.0, upper_bound_ns: int | None = None) -> PartitionSolution | None:
     """The optimal partition of a one-chunk-per-stage pipeline: the closed-form fast path for
     identical layers, the exact chain program otherwise (tabling only the distinct head where the
@@ -23,7 +29,7 @@ def solve(problem: PartitionProblem, time_limit_s: float = 10.0, upper_bound_ns:
         raise ValueError("solve covers one chunk per stage; interleaved pipelines use fixed_partition")
     if problem.identical_layers:
         return solve_fast(problem)
-    if problem.num_stages * problem.num_layers**2 <= CHAIN_TABLE_LIMIT:
+    if not uses_cpsat(problem):
         if 2 * identical_tail_start(problem) <= problem.num_layers:
             return solve_tail(problem, upper_bound_ns)  # the chain program, tabling only the distinct head
         return solve_chain(problem, upper_bound_ns)

@@ -31,9 +31,14 @@ def identical_tail_start(problem: PartitionProblem) -> int:
     two differ)."""
     rows = (problem.layer_time_ns, problem.layer_recompute_ns, problem.layer_kept_kib, problem.layer_checkpoint_kib, problem.layer_state_kib)
     layers = problem.num_layers
-    start = layers - 1
-    while start > 0 and all(row[start - 1] == row[-1] for row in rows):
-        start -= 1
+    if layers == 0:
+        return -1
+    start = 0  # the least start that every row read so far allows
+    for row in rows:  # each row from its end, down to the start the earlier rows need
+        last, layer = row[-1], layers - 2
+        while layer >= start and row[layer] == last:
+            layer -= 1
+        start = layer + 1
     return start
 
 
@@ -59,31 +64,55 @@ def _reachable(max_end: np.ndarray) -> list[np.ndarray]:
     return reach
 
 
-def _reaches_end(max_end: np.ndarray) -> np.ndarray:
-    """``_reachable(max_end)[-1][..., L]`` (whether the last boundary is reachable after every
-    stage), without keeping each stage's row: the bisections ask only this."""
-    p, layers = max_end.shape[-2:]
-    reach = np.zeros(max_end.shape[:-2] + (layers,), dtype=bool)
+def _reaches_end(counts: np.ndarray, layers: int) -> np.ndarray:
+    """``_reachable(_max_end(counts, layers))[-1][..., L]`` (whether the last boundary is reachable
+    after every stage), from ``counts[..., i, a]``, how many ranges stage i may take from head
+    start a (``_max_end``), without keeping each stage's row: the bisections ask only this.
+
+    Stage by stage through the head: after D stages every reachable boundary is at least D, where
+    a stage i may take 1 to cap_i layers (row D's count) wherever it starts. From there the k
+    stages left reach L from a reachable boundary a exactly when every cap_i is at least 1 and
+    L - a lies between k and the sum of their caps (each step of 1 to cap_i layers, the steps'
+    sums are every integer in between; a step past L is never one of them)."""
+    p = counts.shape[-2]
+    head = counts.shape[-1] - 1
+    reach = np.zeros(counts.shape[:-2] + (layers,), dtype=bool)
     reach[..., 0] = True
+    if head >= p:  # fewer stages than head layers: every stage by the table
+        return _reach_through(reach, _max_end(counts, layers), p - 1, final=True)
+    if head:
+        reach = _reach_through(reach, _max_end(counts[..., :head, :], layers), head, final=False)
+    caps = counts[..., head:, head]
+    left = p - head
+    distance = layers - np.arange(layers)  # L - a
+    within = (distance >= left) & (distance <= caps.sum(axis=-1)[..., None])
+    return (caps.min(axis=-1) >= 1) & np.any(reach & within, axis=-1)
+
+
+def _reach_through(reach: np.ndarray, max_end: np.ndarray, stages: int, final: bool) -> np.ndarray:
+    """``reach`` (boundaries before L reachable so far) after the first ``stages`` stages of
+    ``max_end``, each row updated in place; ``final``: then whether the next stage reaches L."""
+    layers = reach.shape[-1]
     boundaries = np.arange(1, layers + 1)
-    furthest = np.empty(max_end.shape[:-2] + (layers,), dtype=max_end.dtype)
-    for stage in range(p - 1):
+    furthest = np.empty(reach.shape, dtype=max_end.dtype)
+    for stage in range(stages):
         np.copyto(furthest, -1)
         np.copyto(furthest, max_end[..., stage, :], where=reach)
         np.maximum.accumulate(furthest, axis=-1, out=furthest)
         reach[..., 1:] = furthest[..., :-1] >= boundaries[:-1]
         reach[..., 0] = False
-    last = np.where(reach, max_end[..., p - 1, :], -1)
+    if not final:
+        return reach
+    last = np.where(reach, max_end[..., stages, :], -1)
     return last.max(axis=-1) >= layers
 
 
-def _max_end(allowed: np.ndarray) -> np.ndarray:
+def _max_end(counts: np.ndarray, layers: int) -> np.ndarray:
     """max_end[..., i, a]: the furthest end b of an allowed range [a, b) of stage i, for every
-    start a, from ``allowed`` tabled over the head's starts 0..D (shape ... x p x (D + 1) x L).
-    Allowed ranges from a start are a prefix in b, so counting them gives the end; a start
-    a > D reaches min(L, a + cap), cap being row D's count."""
-    head_rows, layers = allowed.shape[-2:]
-    counts = allowed.sum(axis=-1)
+    start a, from ``counts[..., i, a]``, the number of allowed ranges of stage i from the head's
+    starts 0..D (allowed ranges from a start are a prefix in b, so the count gives the end); a
+    start a > D reaches min(L, a + cap), cap being row D's count."""
+    head_rows = counts.shape[-1]
     head_end = np.arange(head_rows) + counts
     tail_end = np.minimum(layers, np.arange(head_rows, layers) + counts[..., -1:])
     return np.concatenate((head_end, tail_end), axis=-1)
@@ -138,7 +167,7 @@ def solve_tail(problem: PartitionProblem, upper_bound_ns: int | None = None) -> 
         """Per bound (pairs of bottleneck and state bounds): some partition keeps within it."""
         bound_ns, bound_kib = np.broadcast_arrays(np.asarray(bound_ns, dtype=np.float64), bound_kib)
         allowed = (time_ns <= bound_ns[:, None, None, None]) & (stage_state <= bound_kib[:, None, None, None])
-        return _reaches_end(_max_end(allowed))
+        return _reaches_end(allowed.sum(axis=-1), layers)
 
     # The full table's values are the head rows' (a later start repeats row D's values).
     average = (sum(problem.layer_time_ns) + sum(problem.stage_extra_time_ns)) / p
@@ -153,7 +182,7 @@ def solve_tail(problem: PartitionProblem, upper_bound_ns: int | None = None) -> 
     usable = time_ns <= bottleneck
     states = np.unique(stage_state[usable])
     best_state = _least(states, lambda bounds: feasible(np.full(len(bounds), bottleneck), bounds))
-    max_end = _max_end(usable & (stage_state <= best_state))
+    max_end = _max_end((usable & (stage_state <= best_state)).sum(axis=-1), layers)
     reach = _reachable(max_end)
 
     counts, recompute = [0] * p, [0] * p
@@ -172,4 +201,4 @@ def solve_tail(problem: PartitionProblem, upper_bound_ns: int | None = None) -> 
 def _any_partition_fits(problem: PartitionProblem, head: int) -> bool:
     """``chain._any_partition_fits`` from the head rows."""
     fits = fits_table(problem, np.arange(head + 1))
-    return fits is None or bool(_reaches_end(_max_end(fits)))
+    return fits is None or bool(_reaches_end(fits.sum(axis=-1), problem.num_layers))
