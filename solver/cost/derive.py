@@ -111,6 +111,11 @@ def resolve_profile(
     carried to ``shape`` (tp_size, micro-batch, SP) and this sequence length by the analytic model's ratios
     (``solver.cost.derive.derive_profile``). At the measured configuration the ratios are 1, and
     what one GPU cannot measure (TP communication, model FLOPs) comes from the analytic model."""
+    # A profile reads the GPU, the NVLink domain and the links, never the cluster's size
+    # (tests/test_sweep_speed.py): costed on a one-node copy, the analytic profiles' cache serves
+    # the search's bounds and partitions (solver.search.space.Profiles) and the evaluator alike.
+    if cluster.num_nodes != 1:
+        cluster = replace(cluster, num_nodes=1)
     target = analytic_profile(model, cluster, training, shape)
     if profile is None:
         return target

@@ -44,7 +44,7 @@ from solver.partition.problem import (
     stage_memory_kib,
     stage_time_lower_bound_s,
 )
-from solver.partition.solve import solve
+from solver.partition.solve import solve, uses_cpsat
 from solver.search.explain import explain
 from solver.search.request import DEADLINE_S_RANGE, Objective, SearchRequest
 from solver.search.result import Candidate, SearchResult, SearchStats
@@ -154,13 +154,12 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
     problem = partition_problem(prof, uniform, training, m, usable, shape.full_recompute, request.cluster.gpu, rows)
     solutions: list[PartitionSolution] = []
     even = uniform_partition(request.model.num_layers, uniform.num_chunks)
-    fixed = fixed_partition(problem, even)
+    fixed, best = _partitions(run, problem, even)
     methods = run.stats.partition_methods
     methods[PartitionMethod.FIXED.value] = methods.get(PartitionMethod.FIXED.value, 0) + 1
     if fixed is not None:
         solutions.append(fixed)
     if shape.virtual_stages == 1 and shape.pp_size > 1:
-        best = solve(problem, max(0.5, run.deadline - time.perf_counter()), fixed.stage_time_ns if fixed else None)
         if best is not None:
             methods[best.method.value] = methods.get(best.method.value, 0) + 1
             if best.method is PartitionMethod.CPSAT:
@@ -188,6 +187,26 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
             shape_n, solution = offloaded
             planned.append((_to_parallel(shape_n, solution, even, True), slots * stage_time_lower_bound_s(solution.stage_time_ns, layers) + comm_s))
     return planned
+
+
+def _partitions(
+    run: SearchRun, problem: PartitionProblem, even: tuple[int, ...]
+) -> tuple[PartitionSolution | None, PartitionSolution | None]:
+    """The even partition with the least recompute per stage (``even``: the uniform layer counts
+    of ``problem``'s chunks), and the optimal partition of a pipeline of one chunk per stage
+    (None otherwise, or where none fits). Shapes that differ only in what their problem does not
+    read (ZeRO-2 and ZeRO-3 under a pipeline, ...) have equal problems: solved once per search,
+    but for CP-SAT's answers, which may depend on the time left."""
+    known = run.partitions.get(problem)
+    if known is not None:
+        return known
+    fixed = fixed_partition(problem, even)
+    best = None
+    if problem.virtual_stages == 1 and problem.num_stages > 1:
+        best = solve(problem, max(0.5, run.deadline - time.perf_counter()), fixed.stage_time_ns if fixed else None)
+    if not uses_cpsat(problem):
+        run.partitions[problem] = (fixed, best)
+    return fixed, best
 
 
 def _activation_offload_plan(
@@ -371,7 +390,7 @@ def _search_count(run, request, num_gpus, top_k, accept, ceiling, held, seen) ->
             continue
         run.legal.append(shape)
         bounded.append((_objective_value(request, step_lower_bound_s(run, shape), num_gpus), shape))
-    bounded.sort(key=lambda item: (item[0], item[1]))
+    bounded.sort()  # by bound, then shape
 
     def beaten(bound: float) -> bool:
         return bound > ceiling or (len(held) >= top_k and bound >= held[-1].key[0])

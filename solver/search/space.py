@@ -17,7 +17,7 @@ from solver.cost.profile import ModelProfile, ProfileShape
 from solver.cost.result import Evaluation
 from solver.cost.schedule import pipeline_comm_s, pipeline_slots
 from solver.frameworks import framework_violations
-from solver.partition.problem import layer_rows
+from solver.partition.problem import PartitionProblem, PartitionSolution, layer_rows
 from solver.search.request import Objective, SearchRequest
 from solver.search.result import SearchStats
 from solver.spec.dimensions import Offload
@@ -94,6 +94,8 @@ class SearchRun:
     states_fit: dict[tuple, bool] = field(default_factory=dict)  # (tp, ep, pp, dp, cp, zero, offload) -> model states may fit
     step_bounds: dict[tuple, float] = field(default_factory=dict)  # step_lower_bound_s by what it reads of a shape
     selective_dominated: dict[tuple, bool] = field(default_factory=dict)  # dominated_selective by what it reads of a shape
+    # partition problem -> (even partition, optimal partition): solved once (solver.search.loop._partitions)
+    partitions: dict[PartitionProblem, tuple[PartitionSolution | None, PartitionSolution | None]] = field(default_factory=dict)
     # What the shapes may offload: none, unless the request names offload values; the search
     # widens it where nothing fits without (solver.search.loop.offload_fallback).
     offload_modes: tuple[Offload, ...] = (Offload.NONE,)
@@ -374,10 +376,16 @@ class Profiles:
         return self._model_time[key]
 
     def selective_changes_nothing(self, shape: ProfileShape) -> bool:
-        """With fused attention there is no score tensor to drop: selective recompute is a no-op."""
+        """With fused attention there is no score tensor to drop: selective recompute is a no-op
+        (it keeps what no recomputation keeps, and takes as long)."""
         if shape not in self._selective_noop:
-            self._selective_noop[shape] = self.model_time_s(shape, Recompute.SELECTIVE) == self.model_time_s(shape, Recompute.NONE) and all(
-                layer.selective_activation_bytes == layer.activation_bytes for layer in self.profile(shape).layers
+            layers = self.profile(shape).layers
+            self._selective_noop[shape] = all(layer.selective_activation_bytes == layer.activation_bytes for layer in layers) and (
+                # No layer's selective recompute takes any time (LayerProfile.recompute_s): each
+                # layer's time_s is the same in both modes, and so is the model's, without summing
+                # it for shapes whose selective bound is then never asked for.
+                all(layer.selective_recompute_s == 0 for layer in layers)
+                or self.model_time_s(shape, Recompute.SELECTIVE) == self.model_time_s(shape, Recompute.NONE)
             )
         return self._selective_noop[shape]
 
@@ -400,14 +408,13 @@ class Profiles:
 
     def pipeline_comm_s(self, shape: "Shape", num_micro_batches: int) -> float:
         """``schedule.pipeline_comm_s`` of the shape's uniform configuration, which depends on its
-        dp, tp, pp, cp, interleaving, micro-batch count and message, not on its ZeRO stage or
-        recomputation (shared by the shapes that differ only in those)."""
-        profile_shape = shape.profile_shape
-        key = (shape.dp_size, shape.tp_size, shape.pp_size, shape.cp_size, shape.virtual_stages, num_micro_batches, profile_shape)
+        dp, tp, pp, cp, interleaving, micro-batch count and message, not on its ZeRO stage,
+        recomputation or expert parallelism (shared by the shapes that differ only in those, or
+        in a micro-batch size and SP that send the same message)."""
+        message = self.message_bytes(shape.profile_shape)
+        key = (shape.dp_size, shape.tp_size, shape.pp_size, shape.cp_size, shape.virtual_stages, num_micro_batches, message)
         if key not in self._pipeline_comm:
-            self._pipeline_comm[key] = pipeline_comm_s(
-                self.request.cluster, shape.uniform(), num_micro_batches, self.message_bytes(profile_shape)
-            )
+            self._pipeline_comm[key] = pipeline_comm_s(self.request.cluster, shape.uniform(), num_micro_batches, message)
         return self._pipeline_comm[key]
 
     def rows(self, shape: ProfileShape, base: Recompute) -> tuple:

@@ -41,17 +41,26 @@ class ParallelConfig:
     activation_offload_layers: int = 0  # the first N layers' activations kept in host memory (solver.cost.offload)
 
     def __post_init__(self) -> None:
+        # The search builds thousands of these: each check is skipped where the value already
+        # is what it asks for (a positive int, a non-negative int, the enum member).
         for dimension in DIMENSIONS:
             if dimension.kind is Kind.COUNT:
-                check_positive_int(f"parallel.{dimension.name}", getattr(self, dimension.name))
+                value = getattr(self, dimension.name)
+                if type(value) is not int or value < 1:
+                    check_positive_int(f"parallel.{dimension.name}", value)
             elif dimension.kind is Kind.LAYERS:
-                dimension.config_value(getattr(self, dimension.name), f"parallel.{dimension.name}")
-        try:
-            object.__setattr__(self, "zero_stage", ZeroStage(self.zero_stage))
-        except ValueError:
-            raise SpecError("parallel.zero_stage", f"must be 0, 1, 2 or 3, got {self.zero_stage!r}") from None
-        object.__setattr__(self, "recompute", Recompute(self.recompute))
-        object.__setattr__(self, "offload", Offload(self.offload))
+                value = getattr(self, dimension.name)
+                if type(value) is not int or value < 0:
+                    dimension.config_value(value, f"parallel.{dimension.name}")
+        if type(self.zero_stage) is not ZeroStage:
+            try:
+                object.__setattr__(self, "zero_stage", ZeroStage(self.zero_stage))
+            except ValueError:
+                raise SpecError("parallel.zero_stage", f"must be 0, 1, 2 or 3, got {self.zero_stage!r}") from None
+        if type(self.recompute) is not Recompute:
+            object.__setattr__(self, "recompute", Recompute(self.recompute))
+        if type(self.offload) is not Offload:
+            object.__setattr__(self, "offload", Offload(self.offload))
         for name in PER_CHUNK_FIELDS:
             values = getattr(self, name)
             if values is not None:
