@@ -193,6 +193,41 @@ def test_fixed_partition_of_identical_layers_in_chunks_equals_the_per_layer_sums
     assert feasible >= 20
 
 
+def test_fixed_partition_of_any_chain_equals_the_per_layer_sums():
+    """Layers that differ (an MoE model's, a measured profile's), one chunk per stage or several,
+    empty chunks and checkpoints larger than what a layer keeps among them: the same recompute
+    per chunk, worst time and state as trying every total with the per-layer sums (the least
+    total is found by bisection where memory falls with it)."""
+    rng = random.Random(47)
+    feasible = 0
+    for _ in range(400):
+        stages, virtual = rng.randint(1, 5), rng.choice((1, 1, 2, 3))
+        chunk_layers = tuple(rng.randint(0 if rng.random() < 0.1 else 1, 6) for _ in range(stages * virtual))
+        if sum(chunk_layers) == 0:
+            continue
+        base = random_problem(rng, sum(chunk_layers), max(stages, 2), identical=False)
+        checkpoints = base.layer_checkpoint_kib
+        if rng.random() < 0.2:  # a layer whose checkpoint outweighs what it keeps
+            layer = rng.randrange(len(checkpoints))
+            checkpoints = checkpoints[:layer] + (base.layer_kept_kib[layer] * 2,) + checkpoints[layer + 1:]
+        problem = replace(
+            base, num_stages=stages, virtual_stages=virtual, layer_checkpoint_kib=checkpoints,
+            in_flight=tuple(float(rng.randint(1, 12)) for _ in range(stages)),
+            stage_extra_time_ns=base.stage_extra_time_ns[:stages], stage_extra_state_kib=base.stage_extra_state_kib[:stages],
+            stage_working_kib=base.stage_working_kib[:stages],
+            stage_budget_kib=tuple(int(b * rng.uniform(0.5, 2.5)) for b in base.stage_budget_kib[:stages]),
+            allow_recompute=rng.random() < 0.9,
+        )
+        if problem.identical_layers:
+            continue
+        solution = fixed_partition(problem, chunk_layers)
+        got = None if solution is None else (solution.stage_layers, solution.recompute_layers, solution.stage_time_ns, solution.max_stage_state_kib)
+        expected = _fixed_partition_per_layer(problem, chunk_layers)
+        assert got == expected
+        feasible += expected is not None and any(expected[1])
+    assert feasible >= 40  # feasible plans that recompute some layers
+
+
 def test_fixed_partition_of_identical_layers_equals_the_least_fitting_recompute():
     """One chunk per stage: each stage's least recompute that fits, found by trying every count
     with the per-layer sums, and the same worst time and state."""

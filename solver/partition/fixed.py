@@ -84,26 +84,55 @@ def fixed_partition(problem: PartitionProblem, chunk_layers: tuple[int, ...]) ->
     sums = _Sums(problem)
     recompute = [0] * len(chunk_layers)
     worst_time, worst_state = 0, 0
-    identical = problem.identical_layers
+    # No layer's checkpoint is larger than what it keeps otherwise (and no in-flight count is
+    # negative, no chunk empty): a stage's memory then falls as it recomputes more (_least_total).
+    shrinks = (
+        all(c <= k for k, c in zip(problem.layer_kept_kib, problem.layer_checkpoint_kib))
+        and min(problem.in_flight) >= 0 and min(chunk_layers) >= 1
+    )
     for stage in range(p):
-        mine = list(range(stage, len(chunk_layers), p))
-        chunks = [(starts[c], chunk_layers[c]) for c in mine]
-        held = sum(chunk_layers[c] for c in mine)
-        least = _least_recompute(problem, stage, held) if identical else 0
-        if least is None:
+        chunks = [(starts[c], chunk_layers[c]) for c in range(stage, len(chunk_layers), p)]
+        total = _least_total(problem, stage, chunks, sums, shrinks)
+        if total is None:
             return None
-        for total in range(least, held + 1 if problem.allow_recompute else 1):
-            counts = _spread(total, len(mine))
-            counts = [min(k, chunk_layers[c]) for k, c in zip(counts, mine)]
-            time_ns, memory, state = stage_cost(problem, stage, chunks, counts, sums)
-            if memory <= problem.stage_budget_kib[stage]:
-                break
-        else:
-            return None
-        for c, k in zip(mine, counts):
-            recompute[c] = k
+        counts, (time_ns, _memory, state) = _recomputing(problem, stage, chunks, sums, total)
+        recompute[stage::p] = counts
         worst_time, worst_state = max(worst_time, time_ns), max(worst_state, state)
     return PartitionSolution(tuple(chunk_layers), tuple(recompute), worst_time, worst_state, PartitionMethod.FIXED, SolveStatus.FIXED)
+
+
+def _recomputing(
+    problem: PartitionProblem, stage: int, chunks: list[tuple[int, int]], sums: _Sums, total: int
+) -> tuple[list[int], tuple[int, float, int]]:
+    """The stage's recomputed layers per chunk when it recomputes ``total`` (spread over its
+    chunks earlier first, at most each chunk's layers), and ``stage_cost`` with them."""
+    counts = [min(k, count) for k, (_, count) in zip(_spread(total, len(chunks)), chunks)]
+    return counts, stage_cost(problem, stage, chunks, counts, sums)
+
+
+def _least_total(problem: PartitionProblem, stage: int, chunks: list[tuple[int, int]], sums: _Sums, shrinks: bool) -> int | None:
+    """The least number of the stage's layers to recompute for it to fit, or None. ``shrinks``:
+    the stage's memory falls (weakly) as the number grows from 1, so those that fit are a suffix
+    of 1..held and bisection finds the least (the number trying each in turn finds)."""
+    held = sum(count for _, count in chunks)
+    budget = problem.stage_budget_kib[stage]
+
+    def fits(total: int) -> bool:
+        return _recomputing(problem, stage, chunks, sums, total)[1][1] <= budget
+
+    totals = range(held + 1 if problem.allow_recompute else 1)
+    if not shrinks or len(totals) <= 2 or fits(0):
+        return next((total for total in totals if fits(total)), None)
+    lo, hi = 1, held
+    if not fits(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def _identical(problem: PartitionProblem, chunk_layers: tuple[int, ...]) -> PartitionSolution | None:
