@@ -14,7 +14,7 @@ import numpy as np
 import catalog
 from solver.cost.analytic import analytic_profile
 from solver.cost.profile import ProfileShape
-from solver.partition.chain import solve_chain
+from solver.partition.chain import solve_chain, sorted_unique
 from solver.partition.fixed import fixed_partition, stage_cost
 from solver.partition.problem import PartitionProblem, partition_problem, stage_memory_kib
 from solver.partition.solve import solve
@@ -257,3 +257,16 @@ def test_fixed_partition_of_identical_layers_equals_the_least_fitting_recompute(
         assert got == expected
         feasible += expected is not None
     assert feasible >= 50
+
+
+def test_sorted_unique_is_np_unique():
+    rng = np.random.default_rng(53)
+    for _ in range(500):
+        size = int(rng.integers(0, 40))
+        values = rng.integers(-6, 6, size=(size, 2)).astype(np.float64 if rng.random() < 0.7 else np.int64)
+        if values.dtype.kind == "f":
+            values[rng.random(values.shape) < 0.1] = np.inf
+            if rng.random() < 0.2:
+                values[rng.random(values.shape) < 0.1] = np.nan
+        expected, got = np.unique(values), sorted_unique(values)
+        assert got.dtype == expected.dtype and np.array_equal(got, expected, equal_nan=True)

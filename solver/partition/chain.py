@@ -36,6 +36,19 @@ UNREACHABLE = np.inf
 TABLE_BLOCK_ENTRIES = 1 << 18
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)``: the sorted distinct values. Without NaNs (the solvers' tables have
+    none) by sorting and dropping repeats, since ``np.unique`` imports numpy.ma on its first call
+    (a CLI plan would load it for this alone); with NaNs by ``np.unique`` itself."""
+    ordered = np.sort(values, axis=None)
+    if ordered.size and ordered.dtype.kind in "cfmM" and np.isnan(ordered[-1]):
+        return np.unique(values)  # NaNs sort last; np.unique's rule counts them as one
+    keep = np.empty(ordered.shape, dtype=bool)
+    keep[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
+
 def _prefix(values: tuple[int, ...]) -> np.ndarray:
     return np.concatenate(([0.0], np.cumsum(np.asarray(values, dtype=np.float64))))
 
@@ -190,14 +203,14 @@ def solve_chain(problem: PartitionProblem, upper_bound_ns: int | None = None) ->
     average = (sum(problem.layer_time_ns) + sum(problem.stage_extra_time_ns)) / p
     top = float(upper_bound_ns) if upper_bound_ns is not None else float(np.max(time_ns, initial=0, where=np.isfinite(time_ns)))
     window = time_ns[(time_ns >= np.floor(average)) & (time_ns <= top)]
-    candidates = np.unique(window)
+    candidates = sorted_unique(window)
     if candidates.size == 0 or feasible(float(candidates[-1])) is None:
         if upper_bound_ns is not None:
             return solve_chain(problem)  # the given bound was not feasible here: search everything
         return None
     bottleneck = least_feasible(candidates, lambda bound: feasible(bound) is not None)
     usable = time_ns <= bottleneck
-    states = np.unique(stage_state[usable])
+    states = sorted_unique(stage_state[usable])
     best_state = least_feasible(states, lambda bound: feasible(bottleneck, bound) is not None)
     allowed = usable & (stage_state <= best_state)
     reach = _reachable(allowed)

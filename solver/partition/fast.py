@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from solver.partition.chain import sorted_unique
 from solver.partition.problem import (
     INFEASIBLE_NS,
     PartitionMethod,
@@ -65,7 +66,7 @@ def solve_fast(problem: PartitionProblem) -> PartitionSolution | None:
         # time_ns rows are nondecreasing in n: the count of entries <= bound is the cap.
         return (time_ns <= bound).sum(axis=1)
 
-    candidates = np.unique(time_ns[time_ns < INFEASIBLE_NS])
+    candidates = sorted_unique(time_ns[time_ns < INFEASIBLE_NS])
     lo, hi = 0, len(candidates) - 1
     if hi < 0 or not _feasible(caps(int(candidates[hi])), layers):
         return None
@@ -84,7 +85,7 @@ def solve_fast(problem: PartitionProblem) -> PartitionSolution | None:
         by_state = (level - extra_state) // state if state > 0 else np.full(p, n_max)
         return np.minimum(cap, by_state)
 
-    levels = np.unique((np.arange(1, n_max + 1)[None, :] * state + extra_state[:, None]).ravel())
+    levels = sorted_unique((np.arange(1, n_max + 1)[None, :] * state + extra_state[:, None]).ravel())
     lo, hi = 0, len(levels) - 1
     while lo < hi:
         mid = (lo + hi) // 2

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.partition.chain import UNREACHABLE, fits_table, range_tables
+from solver.partition.chain import UNREACHABLE, fits_table, range_tables, sorted_unique
 from solver.partition.problem import PartitionMethod, PartitionProblem, PartitionSolution, SolveStatus
 
 
@@ -124,7 +124,7 @@ def _least(values: np.ndarray, feasible) -> int:
     (it answers a bool per value). Feasibility grows with the value, so this is the same value."""
     lo, hi = 0, len(values) - 1
     while lo < hi:
-        probes = np.unique(np.linspace(lo, hi - 1, min(BOUNDS_PER_STEP, hi - lo)).astype(np.int64))
+        probes = sorted_unique(np.linspace(lo, hi - 1, min(BOUNDS_PER_STEP, hi - lo)).astype(np.int64))
         ok = feasible(values[probes])
         if ok.any():
             first = int(np.argmax(ok))
@@ -173,14 +173,14 @@ def solve_tail(problem: PartitionProblem, upper_bound_ns: int | None = None) -> 
     average = (sum(problem.layer_time_ns) + sum(problem.stage_extra_time_ns)) / p
     top = float(upper_bound_ns) if upper_bound_ns is not None else float(np.max(time_ns, initial=0, where=np.isfinite(time_ns)))
     window = time_ns[(time_ns >= np.floor(average)) & (time_ns <= top)]
-    candidates = np.unique(window)
+    candidates = sorted_unique(window)
     if candidates.size == 0 or not feasible(candidates[-1:])[0]:
         if upper_bound_ns is not None:
             return solve_tail(problem)  # the given bound was not feasible here: search everything
         return None
     bottleneck = _least(candidates, feasible)
     usable = time_ns <= bottleneck
-    states = np.unique(stage_state[usable])
+    states = sorted_unique(stage_state[usable])
     best_state = _least(states, lambda bounds: feasible(np.full(len(bounds), bottleneck), bounds))
     max_end = _max_end((usable & (stage_state <= best_state)).sum(axis=-1), layers)
     reach = _reachable(max_end)
