@@ -15,9 +15,7 @@ import argparse
 import dataclasses
 import json
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,16 +25,12 @@ from pydantic import BaseModel, ValidationError
 
 from app.core.config import Settings, SettingsError
 from app.core.problems import Problem, validation_errors
-from app.core.solver_pool import RETRY_AFTER_MAX_S
 from profiler.commands import register as register_profiler_commands
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 EXIT_INVALID_INPUT = 2
-# Idle connections stay open longer than any Retry-After the service sends (uvicorn's default is
-# 5 s, the old Retry-After: clients that waited as told met a reset connection).
-KEEP_ALIVE_S = RETRY_AFTER_MAX_S + 15
 EXIT_FAILURE = 1
 # Sweeps with at least this many points plan in a solver pool (about 1 s to start on 2 cores).
 SWEEP_POOL_MIN_POINTS = 8
@@ -65,10 +59,22 @@ def _cache_dir(env: dict[str, str]) -> Path:
     return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "partitura"
 
 
+def keep_alive_s() -> int:
+    """How long the server keeps an idle connection open: longer than any Retry-After the service
+    sends (uvicorn's default is 5 s, the old Retry-After: clients that waited as told met a reset
+    connection). Read when the server starts: the solver pool's module (multiprocessing) is no
+    part of a plan's start-up."""
+    from app.core.solver_pool import RETRY_AFTER_MAX_S
+
+    return RETRY_AFTER_MAX_S + 15
+
+
 def _scratch_database(path: Path, env: dict[str, str]) -> None:
     """A SQLite database at path built by the migrations. The migrated database is kept in the
     user's cache, named by the migrations' digest, and copied: a command that finds it there
     neither imports Alembic nor runs a migration (0.25 s of CPU of `partitura plan`, bench/cli.py)."""
+    import shutil
+
     from app.core.migration_files import migrations_digest, migrations_dir
 
     template = _cache_dir(env) / f"scratch-{migrations_digest(migrations_dir(env))[:16]}.db"
@@ -94,6 +100,8 @@ def _scratch_database(path: Path, env: dict[str, str]) -> None:
 def _database(settings: Settings, use_configured: bool) -> Iterator[tuple[Settings, Session]]:
     """A session on the configured database (``--db``: custom entries resolve, plans are stored)
     or on a throwaway SQLite database built by the same migrations."""
+    import tempfile
+
     from app.core.db import make_engine, make_sessionmaker
 
     with tempfile.TemporaryDirectory(prefix="partitura-cli-") as scratch:
@@ -116,7 +124,7 @@ def _command_serve(args: argparse.Namespace, settings: Settings, out: IO[str]) -
 
     uvicorn.run(
         "app.main:create_app", factory=True, host=args.host, port=args.port, workers=args.workers,
-        timeout_keep_alive=KEEP_ALIVE_S,
+        timeout_keep_alive=keep_alive_s(),
     )
     return 0
 
