@@ -256,8 +256,12 @@ class StoredGpuSpec(BaseModel):
     measured: GpuCalibration | MISSING = MISSING
 
 
+# defer_build=True: a model that answering a plan never uses builds its schema when first used,
+# not when `partitura plan` imports this module (bench/cli.py, issue 17).
 class GpuSpecOut(StoredGpuSpec):
     """A GPU as the catalog shows it: the optional spec fields are null when not given."""
+
+    model_config = ConfigDict(defer_build=True)
 
     gemm_efficiency: GemmEfficiency | None = None
     hbm_efficiency: float | None = Field(None, description=HBM_EFFICIENCY)
@@ -265,6 +269,8 @@ class GpuSpecOut(StoredGpuSpec):
 
 class GpuEntry(GpuSpecOut):
     """A catalog GPU: its spec, where each number comes from, and whether it is built in."""
+
+    model_config = ConfigDict(defer_build=True)
 
     builtin: bool
 
@@ -306,6 +312,8 @@ class StoredModelSpec(BaseModel):
 class ModelEntry(StoredModelSpec):
     """A catalog model: its spec, its source, and whether it is built in (else custom)."""
 
+    model_config = ConfigDict(defer_build=True)
+
     num_kv_heads: int | None = Field(None, description="key/value heads (GQA); default: num_attention_heads")
     ffn_hidden_size: int | None = Field(None, description="MLP width; default: 4 x hidden_size")
     tied_embeddings: bool = True
@@ -342,6 +350,8 @@ class StoredClusterSpec(BaseModel):
 class ClusterEntry(StoredClusterSpec):
     """A catalog cluster: its spec, its sources, and whether it is built in (else custom)."""
 
+    model_config = ConfigDict(defer_build=True)
+
     gpu: str | GpuSpecOut = Field(description="a catalog GPU name or an inline GPU spec")
     intra_node_latency_us: float | None = Field(None, description=LATENCY_US)
     inter_node_latency_us: float | None = Field(None, description=LATENCY_US)
@@ -353,19 +363,19 @@ class ClusterEntry(StoredClusterSpec):
 
 
 class GpuList(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     items: list[GpuEntry]
 
 
 class ModelList(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     items: list[ModelEntry]
 
 
 class ClusterList(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     items: list[ClusterEntry]
 
@@ -373,7 +383,7 @@ class ClusterList(BaseModel):
 class StackFacts(BaseModel):
     """The training facts a software stack sets (each a request may override)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     flash_attention: bool
     fused_kernels: bool
@@ -411,7 +421,7 @@ class StackFacts(BaseModel):
 class StackFactSources(BaseModel):
     """Where each fact comes from."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     flash_attention: str
     fused_kernels: str
@@ -436,7 +446,7 @@ class StackFactSources(BaseModel):
 class StackEntry(BaseModel):
     """A software stack a plan can assume (``training.stack``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     name: str
     display_name: str
@@ -449,7 +459,7 @@ class StackEntry(BaseModel):
 
 
 class StackList(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     items: list[StackEntry]
 

@@ -266,11 +266,13 @@ class PipelineStage(BaseModel):
     breakdown_gib: MemoryBreakdown
 
 
+# defer_build=True: a model that answering a plan never uses builds its schema when first used,
+# not when `partitura plan` imports this module (bench/cli.py, issue 17).
 class EvaluationOut(BaseModel):
     """The cost model's verdict on a legal configuration (an illegal one is a 422): its
     prediction, its memory and, when it does not fit or cannot run, the violations."""
 
-    model_config = ConfigDict(extra="forbid", title="Evaluation")
+    model_config = ConfigDict(defer_build=True, extra="forbid", title="Evaluation")
 
     feasible: bool
     violations: list[str] = Field(description="why it does not fit or cannot run, one rule each")

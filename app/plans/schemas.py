@@ -402,8 +402,10 @@ class Plan(BaseModel):
     versions: Versions
 
 
+# defer_build=True: a model that answering a plan never uses builds its schema when first used,
+# not when `partitura plan` imports this module (bench/cli.py, issue 17).
 class PlanSummary(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     id: str
     created_at: datetime
@@ -420,7 +422,7 @@ class PlanSummary(BaseModel):
 class PlanList(BaseModel):
     """A page of plans, newest first; pass ``next_cursor`` as ``cursor`` for the next page."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     items: list[PlanSummary]
     next_cursor: str | None
@@ -434,7 +436,7 @@ ExportFormatName = Literal["megatron", "deepspeed", "torchtitan", "nemo"]
 class ExportDifference(BaseModel):
     """One way the exported configuration differs from the plan, and why."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     field: str = Field(description="the plan's field, e.g. parallel.full_recompute_layers or training.precision")
     planned: str = Field(description="its value in the plan (JSON-like text)")
@@ -445,7 +447,7 @@ class ExportDifference(BaseModel):
 class ExportFile(BaseModel):
     """One file of the launch config."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     name: str = Field(description="e.g. pretrain_gpt.sh, ds_config.json, job.toml, nemo_overrides.yaml")
     media_type: str
@@ -457,7 +459,7 @@ class ExportPrediction(BaseModel):
     framework's mechanics (so an exact DeepSpeed export may differ from a plan searched for any
     framework) and judged by that framework's own rules."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     feasible: bool = Field(description="fits in memory and breaks no rule")
     violations: list[str]
@@ -471,7 +473,7 @@ class PlanExport(BaseModel):
     run the candidate as planned; otherwise ``parallel`` is the nearest configuration the
     framework runs exactly and ``differences`` names every change."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     plan_id: str
     candidate: int = Field(description="index into the plan's candidates (0 is the best)")

@@ -130,10 +130,12 @@ class ProfileDocumentOut(BaseModel):
     layers: list[ProfileLayerOut] = Field(description="embedding, transformer layers, head")
 
 
+# defer_build=True: a model that answering a plan never uses builds its schema when first used,
+# not when `partitura plan` imports this module (bench/cli.py, issue 17).
 class ProfileSummary(BaseModel):
     """What a profile was measured on and at; ``num_layers`` counts transformer layers."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     id: str
     created_at: datetime
@@ -149,11 +151,13 @@ class ProfileSummary(BaseModel):
 class Profile(ProfileSummary):
     """A stored profile with its normalised document (defaults filled in)."""
 
+    model_config = ConfigDict(defer_build=True)
+
     document: ProfileDocumentOut
 
 
 class ProfileList(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     items: list[ProfileSummary]
     next_cursor: str | None = None
