@@ -65,7 +65,7 @@ def test_no_moe_run_that_ran_is_called_infeasible(moe_results):
 
 # Where the DeepSeek-V3 families stand (MTP and Megatron-core's recompute modules modelled):
 # guards against drifting back while the issue 16 target below is not met.
-REACHED = {"mbridge-moe": 0.195, "deepseek-v3-report": 0.175}
+REACHED = {"mbridge-moe": 0.195, "deepseek-v3-report": 0.105}
 
 
 @pytest.mark.parametrize("family", sorted(REACHED))
@@ -74,16 +74,23 @@ def test_deepseek_families_hold_what_they_reached(moe_results, family):
     assert rows[family].mape <= REACHED[family], rows[family]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "issue 16 target not met yet: mbridge-moe is +16% optimistic on average (DeepSeek-V3 at pp 16 on "
-        "DGX-B200/B300 +20..+50%: HybridEP, CUDA graphs and per-layer host work are not modelled, and the "
-        "force-balanced routing is costed at capacity factor 1.25) and the DeepSeek-V3 report row -17% "
-        "(a whole-run average; DualPipe's schedule costed as 1F1B)"
-    ),
+@pytest.mark.parametrize(
+    "family",
+    [
+        pytest.param(
+            "mbridge-moe",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason=(
+                    "issue 16 target not met yet: mbridge-moe is +16% optimistic on average (DeepSeek-V3 at pp 16 on "
+                    "DGX-B200/B300 +20..+50%: HybridEP, CUDA graphs and per-layer host work are not modelled, and the "
+                    "force-balanced routing is costed at capacity factor 1.25)"
+                ),
+            ),
+        ),
+        "deepseek-v3-report",  # -10%: a whole-run average, with DualPipe's bubble and hidden sends costed
+    ],
 )
-@pytest.mark.parametrize("family", ["mbridge-moe", "deepseek-v3-report"])
 def test_deepseek_families_meet_the_issue_16_target(moe_results, family):
     rows = {row.family: row for row in family_table(moe_results)}
     assert rows[family].mape <= NEW_KIND_FAMILY_TARGET, rows[family]

@@ -32,7 +32,9 @@ from solver.cost.offload import (
 from solver.cost.profile import ModelProfile, ProfileShape
 from solver.cost.result import Evaluation, Prediction, StageReport, StepBreakdown
 from solver.cost.schedule import (
+    check_pipeline_schedule,
     data_parallel_exposed_s,
+    dualpipe_time_s,
     pipeline_comm_s,
     pipeline_time_s,
 )
@@ -53,7 +55,7 @@ from solver.spec.legality import check_structure, placement_violations
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.rules import Rule, Violation
-from solver.spec.training import Framework, TrainingSpec, Zero3Collectives
+from solver.spec.training import Framework, PipelineSchedule, TrainingSpec, Zero3Collectives
 
 # The usable share of GPU memory: from 0.1% (below it not even the runtime reserve fits any GPU the
 # specs admit) to all of it.
@@ -104,6 +106,7 @@ def evaluate(
         raise SpecError("profile.layers", f"the profile has {len(prof.transformer_layers)} transformer layers, the model {model.num_layers}")
 
     m = micro_batch_count(training.global_batch_size, parallel.dp_size, parallel.micro_batch_size)
+    check_pipeline_schedule(training.pipeline_schedule, parallel.pp_size, parallel.virtual_stages, m)
     chunks = stage_chunks(model, parallel)
     stage_policy = StagePolicy.of(cluster.gpu, parallel, training, m)
     costs = stage_costs(prof, chunks, parallel, stage_policy)
@@ -114,7 +117,9 @@ def evaluate(
         )
         for stage, (cost, layers) in enumerate(zip(costs, chunks))
     ]
-    step_s, breakdown = step_time(costs, tails, prof, cluster, parallel, m, training.overlap_p2p_comm)
+    step_s, breakdown = step_time(
+        costs, tails, prof, cluster, parallel, m, training.overlap_p2p_comm, training.pipeline_schedule
+    )
     recomputed_layers = sum(full for layers in chunks for _, full in layers)
     reports = tuple(
         StageReport(
@@ -244,15 +249,22 @@ def step_time(
     parallel: ParallelConfig,
     num_micro_batches: int,
     overlap_p2p_comm: bool = False,
+    schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B,
 ) -> tuple[float, StepBreakdown]:
-    """One step: the schedule over the slowest stage, the pipeline's p2p sends, then the slowest
-    stage tail (gradient sync and optimizer step)."""
+    """One step: the schedule over the slowest stage (1F1B or interleaved, or DualPipe:
+    ``solver.cost.schedule``), the pipeline's p2p sends, then the slowest stage tail (gradient
+    sync and optimizer step)."""
     m = num_micro_batches
     critical = max(costs, key=lambda cost: cost.time.total_s).time
-    busy_s, bubble_s = pipeline_time_s(critical.total_s, parallel.pp_size, parallel.virtual_stages, m)
+    dualpipe = schedule is PipelineSchedule.DUALPIPE
+    if dualpipe:
+        busy_s, bubble_s = dualpipe_time_s(critical.total_s, critical.backward_s, critical.recompute_s, parallel.pp_size, m)
+    else:
+        busy_s, bubble_s = pipeline_time_s(critical.total_s, parallel.pp_size, parallel.virtual_stages, m)
     blocks = prof.transformer_layers
     pp_comm = pipeline_comm_s(
-        cluster, parallel, m, blocks[0].output_bytes if blocks else 0, overlap=overlap_p2p_comm, busy_s=busy_s
+        cluster, parallel, m, blocks[0].output_bytes if blocks else 0, overlap=overlap_p2p_comm, busy_s=busy_s,
+        dualpipe=dualpipe,
     )
     tail = max(tails, key=lambda t: t.dp_exposed_s + t.optimizer_s)
     step_s = busy_s + bubble_s + pp_comm + tail.dp_exposed_s + tail.optimizer_s

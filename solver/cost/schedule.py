@@ -8,6 +8,8 @@ backward (3*Psi). Gradient buckets are reduced while the last micro-batch's back
 (PyTorch DDP, Li et al. 2020, VLDB); ZeRO-3 prefetches the next layer's parameters during the
 current layer's compute (FSDP; DeepSpeed from v0.7), so only what compute cannot cover is
 exposed, and compute runs slower beside collectives (Lee et al. 2025, ``overlapped_exposed_s``).
+DualPipe (DeepSeek-V3 report, arXiv 2412.19437 Sec 3.2.1 and Table 2): bubble
+(PP/2 - 1)(F&B + B - 3W) against 1F1B's (PP - 1)(F + B), pipeline sends hidden beside compute.
 """
 
 from __future__ import annotations
@@ -19,9 +21,17 @@ from solver.cost.memory import (
     WEIGHT_BYTES_PER_PARAM,
     pipelined_sharding,
 )
+from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
 from solver.spec.parallel import ParallelConfig
-from solver.spec.training import ZeroStage
+from solver.spec.training import PipelineSchedule, ZeroStage
+
+# The weight-gradient share W / B of a backward pass, for DualPipe's bubble, where the profile
+# does not split backward: a linear layer's backward is two GEMMs, each of its forward's FLOPs,
+# one for the input gradient (dX = dY W^T) and one for the weight gradient (dW = X^T dY), so
+# W = B/2. The attention core (scores and context, FlashAttention's backward) has no weights, so
+# this overstates W by half of the attention core's share of B, which shortens the bubble.
+WEIGHT_GRAD_SHARE_OF_BACKWARD = 0.5
 
 
 def pipeline_bubble_fraction(pp_size: int, virtual_stages: int, num_micro_batches: int) -> float:
@@ -42,9 +52,51 @@ def pipeline_time_s(slowest_stage_s: float, pp_size: int, virtual_stages: int, n
     return busy, busy * pipeline_bubble_fraction(pp_size, virtual_stages, num_micro_batches)
 
 
+def one_f_one_b_bubble_s(pp_size: int, forward_s: float, backward_s: float) -> float:
+    """1F1B's bubble in seconds: (PP - 1)(F + B), F and B one micro-batch's forward and backward
+    on a stage (DeepSeek-V3 report Table 2; Narayanan et al. 2021 Sec 2.2)."""
+    return (pp_size - 1) * (forward_s + backward_s)
+
+
+def dualpipe_bubble_s(pp_size: int, forward_and_backward_s: float, backward_s: float, weight_grad_s: float) -> float:
+    """DualPipe's bubble in seconds (DeepSeek-V3 report, arXiv 2412.19437 Table 2):
+    (PP/2 - 1)(F&B + B - 3W), where F&B is one forward chunk and one backward chunk of two
+    micro-batches run overlapped, B one backward chunk and W its weight-gradient part, all on the
+    slowest stage."""
+    return (pp_size / 2 - 1) * (forward_and_backward_s + backward_s - 3 * weight_grad_s)
+
+
+def check_pipeline_schedule(schedule: PipelineSchedule, pp_size: int, virtual_stages: int, num_micro_batches: int) -> None:
+    """Raise SpecError where the schedule cannot run the split: DualPipe needs an even pipeline
+    and an even micro-batch count (DeepSeek-V3 report Sec 3.2.1: "DualPipe only requires that the
+    pipeline stages and micro-batches be divisible by 2") and places its two chunks per rank
+    itself, so no interleaving."""
+    if schedule is not PipelineSchedule.DUALPIPE:
+        return
+    if pp_size < 2 or pp_size % 2:
+        raise SpecError("parallel.pp_size", f"DualPipe needs an even pipeline of at least 2 stages, got pp_size {pp_size}")
+    if num_micro_batches % 2:
+        raise SpecError("parallel.micro_batch_size", f"DualPipe needs an even micro-batch count, got {num_micro_batches}")
+    if virtual_stages != 1:
+        raise SpecError("parallel.virtual_stages", f"DualPipe places two chunks per rank itself: virtual_stages must be 1, got {virtual_stages}")
+
+
+def dualpipe_time_s(
+    stage_s: float, backward_s: float, recompute_s: float, pp_size: int, num_micro_batches: int
+) -> tuple[float, float]:
+    """(busy time, bubble time) of one DualPipe step on the slowest stage: every rank runs each of
+    the m micro-batches through one stage's layers (half of them in each direction), so m x
+    ``stage_s``, where ``stage_s`` is a forward and a backward with what their overlap costs
+    (F&B); the bubble is ``dualpipe_bubble_s`` with B the backward and its recomputed forward, and
+    W = ``WEIGHT_GRAD_SHARE_OF_BACKWARD`` x the backward (the profile has no weight-gradient
+    split). Each rank pairs stage i with stage p-1-i; the slowest stage bounds both."""
+    weight_grad_s = WEIGHT_GRAD_SHARE_OF_BACKWARD * backward_s
+    return num_micro_batches * stage_s, dualpipe_bubble_s(pp_size, stage_s, backward_s + recompute_s, weight_grad_s)
+
+
 def pipeline_comm_s(
     cluster: ClusterSpec, parallel: ParallelConfig, num_micro_batches: int, message_bytes: float,
-    overlap: bool = False, busy_s: float = 0.0,
+    overlap: bool = False, busy_s: float = 0.0, dualpipe: bool = False,
 ) -> float:
     """Point-to-point time on the critical path: every micro-batch sends its activations forward
     and its gradient backward across each of the slowest stage's v chunk boundaries; fill and
@@ -52,14 +104,16 @@ def pipeline_comm_s(
     ``overlap``: the interleaved schedule posts each steady-state exchange beside the next
     chunk's compute (Megatron-core's ``overlap_p2p_comm``, interleaved schedule only), so those
     m v exchanges cost only what they take from the ``busy_s`` of compute they run beside
-    (``overlapped_exposed_s``); fill and drain stay exposed."""
+    (``overlapped_exposed_s``); fill and drain stay exposed. ``dualpipe``: DualPipe runs each
+    micro-batch's sends beside the other direction's compute (DeepSeek-V3 report Sec 3.2.1: "both
+    all-to-all and PP communication can be fully hidden"), costed the same way."""
     if parallel.pp_size == 1:
         return 0.0
     link = pp_link(cluster, parallel.tp_size, parallel.dp_size, parallel.pp_size, parallel.cp_size)
     exchange_s = 2 * p2p_s(message_bytes, link)
     steady_s = num_micro_batches * parallel.virtual_stages * exchange_s
     fill_drain_s = (parallel.pp_size - 1) * exchange_s
-    if overlap and parallel.virtual_stages > 1:
+    if overlap and (parallel.virtual_stages > 1 or dualpipe):
         return overlapped_exposed_s(steady_s, busy_s, cluster.gpu.overlap_slowdown) + fill_drain_s
     return steady_s + fill_drain_s
 

@@ -193,6 +193,24 @@ class Zero3Collectives(str, Enum):
     PER_TENSOR = "per_tensor"
 
 
+class PipelineSchedule(str, Enum):
+    """The pipeline schedule a stack runs (``solver.cost.schedule``).
+
+    ONE_F_ONE_B: 1F1B (Narayanan et al. 2021 Sec 2.2), interleaved when ``virtual_stages`` > 1.
+    DUALPIPE: DeepSeek-V3's bidirectional schedule (arXiv 2412.19437 Sec 3.2.1, Figure 5, Table
+    2): micro-batches fed from both ends of the pipeline, each rank holding two model chunks (2x
+    parameters), PP + 1 micro-batches of activations, a bubble of (PP/2 - 1)(F&B + B - 3W), and
+    each forward chunk overlapped with another micro-batch's backward chunk so that the
+    all-to-alls and the pipeline's sends run beside compute. Legal with an even pp_size, an even
+    micro-batch count ("DualPipe only requires that the pipeline stages and micro-batches be
+    divisible by 2") and no interleaving (its two chunks per rank are its own placement). Its
+    memory (2x parameters, PP + 1 activations) is not yet costed: stages hold 1F1B's.
+    """
+
+    ONE_F_ONE_B = "1f1b"
+    DUALPIPE = "dualpipe"
+
+
 @dataclass(frozen=True)
 class TrainingSpec:
     """Training settings shared by every configuration of one request.
@@ -263,6 +281,9 @@ class TrainingSpec:
     sp_saved_input: SpSavedInput = SpSavedInput.SHARDED
     # What selective recomputation recomputes in a Megatron-style stack (``RecomputeModule``).
     recompute_modules: tuple[RecomputeModule, ...] = DEFAULT_RECOMPUTE_MODULES
+    # The pipeline schedule (``PipelineSchedule``): 1F1B (interleaved with virtual stages) or
+    # DeepSeek-V3's DualPipe.
+    pipeline_schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
 
     def __post_init__(self) -> None:
         check_positive_int("training.global_batch_size", self.global_batch_size)
@@ -275,6 +296,7 @@ class TrainingSpec:
         object.__setattr__(self, "loss_dtype", LossDtype(self.loss_dtype))
         object.__setattr__(self, "loss_kernel", LossKernel(self.loss_kernel))
         object.__setattr__(self, "sp_saved_input", SpSavedInput(self.sp_saved_input))
+        object.__setattr__(self, "pipeline_schedule", PipelineSchedule(self.pipeline_schedule))
         try:
             modules = tuple(sorted({RecomputeModule(m) for m in self.recompute_modules}, key=list(RecomputeModule).index))
         except (TypeError, ValueError):
