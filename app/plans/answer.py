@@ -12,10 +12,11 @@ import hashlib
 import json
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from app.catalog.resolve import NO_CUSTOM_ENTRIES, Resolved
+from app.catalog.resolve import NO_CUSTOM_ENTRIES, CustomEntries, Resolved
 from app.core.config import Settings
 from app.core.problems import from_spec_error, invalid_field
 from app.core.versions import Versions
@@ -162,25 +163,60 @@ def run_here(function: Callable[..., Any], args: tuple, timeout_s: float) -> Any
         raise from_spec_error(error, "body") from None
 
 
+# What the service finds of a measured profile for the resolved request (app.plans.service): the
+# profile, and the resolution with the measurement in its snapshot.
+Measured = Callable[[Resolved], tuple[ModelProfile, Resolved]]
+
+
+@dataclass(frozen=True)
+class Question:
+    """A plan request made ready to answer: normalised, hashed, resolved, its search built."""
+
+    request: dict[str, Any]  # normalised (``normalise``)
+    digest: str  # ``request_hash``: the key the plan is stored under
+    resolved: Resolved  # the request's (first) cluster and model
+    job: SearchRequest | choice.Prepared  # one search, or the searches of a batch or cluster choice
+    time_budget_s: float
+
+
+def question(
+    body: schemas.PlanRequest, settings: Settings, versions: Versions, custom: CustomEntries, owner: str | None = None,
+    measured: Measured | None = None,
+) -> Question:
+    """``body`` resolved against the built-in catalog and ``custom`` entries, with the measured
+    profile ``measured`` finds (None: analytic), normalised and hashed as ``owner``'s."""
+    time_budget_s = min(body.time_budget_s or settings.plan_time_budget_s, settings.plan_time_budget_s)
+    resolved = choice.resolve_first(custom, body)
+    profile = None
+    if measured is not None:
+        profile, resolved = measured(resolved)
+    build = functools.partial(search_request, body, time_budget_s=time_budget_s, profile=profile)
+    if choice.needs_choice(body):
+        job: SearchRequest | choice.Prepared = choice.prepare(custom, body, resolved, build)
+        request = normalise(body, time_budget_s, None if job.several else resolved.cluster.num_gpus)
+        return Question(request, request_hash(request, job.snapshot, versions, owner), resolved, job, time_budget_s)
+    request = normalise(body, time_budget_s, resolved.cluster.num_gpus)
+    return Question(request, request_hash(request, resolved.snapshot, versions, owner), resolved, build(resolved), time_budget_s)
+
+
+def solve(asked: Question, run: choice.PoolRun) -> tuple[Resolved, schemas.SearchOutcome, dict[str, Any]]:
+    """Run the question's search(es) through ``run`` (the solver pool, or ``run_here``): the
+    resolution of the cluster planned on, its search outcome, and a choice's documents
+    (``choice.CHOICE_KEYS``; empty without a choice)."""
+    job = asked.job
+    if isinstance(job, choice.Prepared):
+        return choice.solve(job, run, job.requests[0].time_budget_s)
+    result = run(search, (job,), job.time_budget_s)
+    return asked.resolved, schemas.SearchOutcome.model_validate(result.to_dict()), {}
+
+
 def plan_unstored(settings: Settings, versions: Versions, body: schemas.PlanRequest) -> schemas.Plan:
     """The plan the service would store for ``body``, computed without a database: names resolve
     to the built-in catalog (custom entries live in a database), the request hash is the one the
     service would store it under, and the document is the one it would answer."""
     if body.profile_id is not None:
         raise invalid_field("body.profile_id", "measured profiles are stored in a database: plan with --db to use one")
-    time_budget_s = min(body.time_budget_s or settings.plan_time_budget_s, settings.plan_time_budget_s)
-    resolved = choice.resolve_first(NO_CUSTOM_ENTRIES, body)
-    build = functools.partial(search_request, body, time_budget_s=time_budget_s, profile=None)
-    choices: dict[str, Any] = {}
-    if choice.needs_choice(body):
-        job = choice.prepare(NO_CUSTOM_ENTRIES, body, resolved, build)
-        request = normalise(body, time_budget_s, None if job.several else resolved.cluster.num_gpus)
-        digest = request_hash(request, job.snapshot, versions)
-        resolved, result, choices = choice.solve(job, run_here, job.requests[0].time_budget_s)
-    else:
-        request = normalise(body, time_budget_s, resolved.cluster.num_gpus)
-        digest = request_hash(request, resolved.snapshot, versions)
-        job_request = build(resolved)
-        result = schemas.SearchOutcome.model_validate(run_here(search, (job_request,), time_budget_s).to_dict())
-    plan = plan_columns(request, resolved, result, versions, digest, None, choices)
+    asked = question(body, settings, versions, NO_CUSTOM_ENTRIES)
+    resolved, result, choices = solve(asked, run_here)
+    plan = plan_columns(asked.request, resolved, result, versions, asked.digest, None, choices)
     return document(plan, [c["document"] for c in candidate_columns(result)])

@@ -23,11 +23,12 @@ from app.core.single_flight import SingleFlight
 from app.core.solver_pool import InlineSolver, SolverPool, SolverSaturated, SolverUnavailable
 from app.core.versions import Versions
 from app.evaluations.training import training_spec
-from app.plans import answer, choice, repository, schemas
+from app.plans import answer, repository, schemas
 from app.plans.models import Plan, PlanCandidate
 from app.profiles.service import measured_profile
 from catalog.conversion import cluster_spec_on_gpu, gpu_spec_from_dict, model_spec_from_dict
 from solver.cost.evaluate import evaluate
+from solver.cost.profile import ModelProfile
 from solver.frameworks import (
     FRAMEWORK_RULES,
     Export,
@@ -38,8 +39,6 @@ from solver.frameworks import (
     export_violations,
 )
 from solver.io.profile_format import parse_profile_document, profile_document
-from solver.search.loop import search
-from solver.search.request import SearchRequest
 from solver.spec.errors import SpecError
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import parallel_from_dict, parallel_to_dict
@@ -78,13 +77,6 @@ def plan_document(plan: Plan) -> schemas.Plan:
     """The stored plan as the API answers it (``answer.document``)."""
     columns = {name: getattr(plan, name) for name in PLAN_DOCUMENT_COLUMNS}
     return answer.document(columns, [c.document for c in sorted(plan.candidates, key=lambda c: c.rank)])
-
-
-def _solve(pool: SolverPool | InlineSolver, metrics: Metrics, settings: Settings, search_request: SearchRequest) -> schemas.SearchOutcome:
-    """Search in the solver pool. A SpecError raised by the search crosses the pool as itself
-    and is answered as a 422 naming the field."""
-    result = _run_in_pool(pool, metrics, settings, search, (search_request,), search_request.time_budget_s)
-    return schemas.SearchOutcome.model_validate(result.to_dict())
 
 
 def _run_in_pool(
@@ -131,29 +123,17 @@ def create_plan(
     owned by ``access.owner``. Leaves the new plan flushed, for the caller to commit and then to
     call ``release``. With ``flights``, an identical request already searching in this process
     is awaited instead of searched again."""
-    time_budget_s = min(body.time_budget_s or settings.plan_time_budget_s, settings.plan_time_budget_s)
-    custom = SessionEntries(session)
-    resolved = choice.resolve_first(custom, body)
-    profile = None
-    if body.profile_id is not None:
-        document = measured_profile(session, body.profile_id, resolved.model, access=access)
-        profile = document.profile
-        # The measurement is part of what the plan was computed from: snapshot it too.
-        resolved = replace(
-            resolved, snapshot={**resolved.snapshot, "profile": {"id": body.profile_id, "document": profile_document(document)}}
-        )
-    build = functools.partial(answer.search_request, body, time_budget_s=time_budget_s, profile=profile)
-    job: SearchRequest | choice.Prepared
-    if choice.needs_choice(body):
-        job = choice.prepare(custom, body, resolved, build)
-        several = isinstance(body.cluster, list)
-        request = answer.normalise(body, time_budget_s, None if several else resolved.cluster.num_gpus)
-        digest = answer.request_hash(request, job.snapshot, versions, access.owner)
-    else:
-        request = answer.normalise(body, time_budget_s, resolved.cluster.num_gpus)
-        digest = answer.request_hash(request, resolved.snapshot, versions, access.owner)
-        job = build(resolved)
 
+    def measured(resolved: Resolved) -> tuple[ModelProfile, Resolved]:
+        document = measured_profile(session, str(body.profile_id), resolved.model, access=access)
+        # The measurement is part of what the plan was computed from: snapshot it too.
+        snapshot = {**resolved.snapshot, "profile": {"id": body.profile_id, "document": profile_document(document)}}
+        return document.profile, replace(resolved, snapshot=snapshot)
+
+    asked = answer.question(
+        body, settings, versions, SessionEntries(session), access.owner, measured if body.profile_id is not None else None
+    )
+    digest = asked.digest
     stored = repository.get_by_hash(session, digest)
     if stored is not None:
         return PlanOutcome(plan_document(stored), created=False)
@@ -164,7 +144,7 @@ def create_plan(
     if flights is not None:
         leader, event = flights.join(digest)
         if not leader:
-            event.wait(timeout=time_budget_s + settings.solver_grace_s)
+            event.wait(timeout=asked.time_budget_s + settings.solver_grace_s)
             session.rollback()  # a fresh snapshot, which holds the leader's plan
             stored = repository.get_by_hash(session, digest)
             if stored is not None:
@@ -174,9 +154,7 @@ def create_plan(
         else:
             release = functools.partial(flights.release, digest, event)
     try:
-        return _search_and_add(
-            session, pool, metrics, settings, versions, request, resolved, digest, job, release, access.owner
-        )
+        return _search_and_add(session, pool, metrics, settings, versions, asked, release, access.owner)
     except BaseException:
         release()
         raise
@@ -184,16 +162,11 @@ def create_plan(
 
 def _search_and_add(
     session: Session, pool: SolverPool | InlineSolver, metrics: Metrics, settings: Settings, versions: Versions,
-    request: dict[str, Any], resolved: Resolved, digest: str, job: SearchRequest | choice.Prepared, release: Callable[[], None],
-    owner: str | None,
+    asked: answer.Question, release: Callable[[], None], owner: str | None,
 ) -> PlanOutcome:
-    choices: dict[str, Any] = {}
-    if isinstance(job, choice.Prepared):
-        run = functools.partial(_run_in_pool, pool, metrics, settings)
-        resolved, result, choices = choice.solve(job, run, job.requests[0].time_budget_s)
-    else:
-        result = _solve(pool, metrics, settings, job)
-    plan = _plan_row(request, resolved, result, versions, digest, owner, choices)
+    resolved, result, choices = answer.solve(asked, functools.partial(_run_in_pool, pool, metrics, settings))
+    digest = asked.digest
+    plan = _plan_row(asked.request, resolved, result, versions, digest, owner, choices)
     try:
         repository.add(session, plan)
     except IntegrityError:
