@@ -63,9 +63,10 @@ def test_no_moe_run_that_ran_is_called_infeasible(moe_results):
     assert [r.run_id for r in moe_results if "INFEASIBLE" in r.filled] == []
 
 
-# Where the DeepSeek-V3 families stand (MTP and Megatron-core's recompute modules modelled):
-# guards against drifting back while the issue 16 target below is not met.
-REACHED = {"mbridge-moe": 0.195, "deepseek-v3-report": 0.105}
+# Where the DeepSeek-V3 families stand (MTP, Megatron-core's recompute modules, the MoE layer's
+# quantisation and Transformer Engine's per-expert GEMM launches modelled): guards against drifting
+# back beyond what the issue 16 target below allows.
+REACHED = {"mbridge-moe": 0.145, "deepseek-v3-report": 0.105}
 
 
 @pytest.mark.parametrize("family", sorted(REACHED))
@@ -77,17 +78,10 @@ def test_deepseek_families_hold_what_they_reached(moe_results, family):
 @pytest.mark.parametrize(
     "family",
     [
-        pytest.param(
-            "mbridge-moe",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "issue 16 target not met yet: mbridge-moe is +16% optimistic on average (DeepSeek-V3 at pp 16 on "
-                    "DGX-B200/B300 +20..+50%: HybridEP, CUDA graphs and per-layer host work are not modelled, and the "
-                    "force-balanced routing is costed at capacity factor 1.25)"
-                ),
-            ),
-        ),
+        # +10% optimistic on average: DeepSeek-V3 at pp 16 on DGX-B200/B300 still +11..+39% (CUDA
+        # graphs, the per-layer host syncs and HybridEP are not modelled; force-balanced routing is
+        # costed at capacity factor 1.25).
+        "mbridge-moe",
         "deepseek-v3-report",  # -10%: a whole-run average, with DualPipe's bubble and hidden sends costed
     ],
 )

@@ -534,19 +534,28 @@ def _mla_layer(standard: LayerProfile, cost: MlaCost, up_proj_recompute: bool = 
     )
 
 
-def _moe_layer(dense: LayerProfile, cost: MoeMlpCost, gpu: GpuSpec, ep_comm_overlap: bool, act_recompute: bool = False) -> LayerProfile:
+def _moe_layer(
+    dense: LayerProfile, cost: MoeMlpCost, gpu: GpuSpec, precision: Precision, ep_comm_overlap: bool, act_recompute: bool = False,
+) -> LayerProfile:
     """An MoE layer: the dense layer of the same shape with its MLP swapped for the router,
     shared and routed experts, and the dispatch and combine all-to-alls added
     (``solver.cost.moe``), exposed or run beside the layer's compute as the stack does
     (``moe.ep_comm_exposed_s``). Backward costs its GEMMs and element-wise work in the dense
     layer's ratios (BACKWARD_TO_FORWARD, ELEMENTWISE_BACKWARD_TO_FORWARD). With ``act_recompute``
     (Megatron-core's ``moe_act`` module) selective recomputation drops the experts' fc2 inputs and
-    runs their activation function again in backward."""
+    runs their activation function again in backward. FP8-family precisions quantise the MoE
+    MLP's GEMM inputs forward and output gradients backward where the dense layer quantised its
+    MLP's, at QUANTISATION's bytes per element."""
     gemm_s = cost.gemm_forward_s - cost.dense_gemm_forward_s
     elementwise_s = elementwise_time_s(gpu, cost.elementwise_bytes, kernels=cost.elementwise_kernels)
     kept = int(cost.kept_bytes)
     forward_s = dense.forward_s + gemm_s + elementwise_s
     backward_s = dense.backward_s + BACKWARD_TO_FORWARD * gemm_s + ELEMENTWISE_BACKWARD_TO_FORWARD * elementwise_s
+    quantisation = QUANTISATION.get(precision)
+    if quantisation is not None:
+        kernels = cost.quantised_tensors * quantisation.kernels // FP8_CAST_KERNELS  # NVFP4's amax pass doubles them
+        forward_s += elementwise_time_s(gpu, quantisation.bytes_per_element * cost.quantised_forward_elements, kernels=kernels)
+        backward_s += elementwise_time_s(gpu, quantisation.bytes_per_element * cost.quantised_backward_elements, kernels=kernels)
     return replace(
         dense,
         forward_s=forward_s,
@@ -769,8 +778,10 @@ def analytic_profile(
     moe_layer = layer
     dense_layer = _mlp_recompute(layer, model, cluster.gpu, training, tokens, shape.tp_size) if RecomputeModule.MLP in modules else layer
     if model.is_moe:
-        cost = moe_mlp_cost(model, cluster, training.precision, tokens, shape.tp_size, shape.ep_size, _saved_input_bytes(training))
-        moe_layer = _moe_layer(layer, cost, cluster.gpu, training.ep_comm_overlap, RecomputeModule.MOE_ACT in modules)
+        cost = moe_mlp_cost(
+            model, cluster, training.precision, tokens, shape.tp_size, shape.ep_size, _saved_input_bytes(training), training.expert_gemms
+        )
+        moe_layer = _moe_layer(layer, cost, cluster.gpu, training.precision, training.ep_comm_overlap, RecomputeModule.MOE_ACT in modules)
         layers += [_renamed(moe_layer if model.is_moe_layer(i) else dense_layer, f"layer.{i}") for i in range(model.num_layers)]
     else:
         layers += [dense_layer if i == 0 else _renamed(dense_layer, f"layer.{i}") for i in range(model.num_layers)]

@@ -31,7 +31,7 @@ from solver.cost.flops import (
 )
 from solver.spec.hardware import ClusterSpec
 from solver.spec.model import MlpActivation, ModelSpec
-from solver.spec.training import Precision
+from solver.spec.training import ExpertGemms, Precision
 
 BYTES_16BIT = 2  # dispatched tokens travel in bf16 (Megatron-core's default dispatcher)
 # Router imbalance: the busiest expert rank processes more than the mean tokens * k / ep routed
@@ -64,6 +64,11 @@ class MoeMlpCost:
     parameter_count: int  # this GPU's parameters of the whole MoE layer
     expert_parameter_count: int  # of which routed experts (sharded over ep and tp)
     model_flops: float  # useful forward + backward FLOPs added on this GPU (active experts for the dense MLP)
+    # FP8-family precisions quantise each GEMM's input forward and its output gradient backward
+    # (solver.cost.analytic._fp8_cast_s charges the dense MLP's); the MoE MLP's, beyond those:
+    quantised_forward_elements: float  # the routed experts' fc1 and fc2 inputs, the shared experts'
+    quantised_backward_elements: float  # the routed and shared experts' output gradients
+    quantised_tensors: int  # quantisation kernels per pass beyond the dense MLP's two (one per tensor, or per expert)
 
 
 def dispatch_bytes(model: ModelSpec, tokens: float, tp_size: int) -> float:
@@ -99,7 +104,7 @@ def ep_comm_exposed_s(comm_s: float, layer_compute_s: float, overlap: bool, slow
 
 def moe_mlp_cost(
     model: ModelSpec, cluster: ClusterSpec, precision: Precision, tokens: int, tp_size: int, ep_size: int,
-    saved_input_bytes: float = BYTES_16BIT,
+    saved_input_bytes: float = BYTES_16BIT, expert_gemms: ExpertGemms = ExpertGemms.GROUPED,
 ) -> MoeMlpCost:
     """The MoE MLP of one layer on one GPU (see the module docstring); ``tokens`` = b * s / cp.
 
@@ -112,7 +117,13 @@ def moe_mlp_cost(
     (``TrainingSpec.low_precision_saved_inputs``). The router's input is the norm output the dense
     layer already keeps. ``moe_act`` recompute (``act_output_bytes``, ``act_recompute_s``) drops
     fc2's input and runs the activation again in backward (experts.py
-    ``activation_checkpoint.discard_output_and_register_recompute``)."""
+    ``activation_checkpoint.discard_output_and_register_recompute``).
+
+    ``expert_gemms`` (``TrainingSpec.expert_gemms``): with PER_EXPERT each routed GEMM is one
+    launch per local expert (Transformer Engine's ``GroupedLinear``), each at the per-kernel cost
+    every kernel here pays (``GpuSpec.kernel_launch_s``); its four compute streams overlap the
+    experts' work, which the pooled tiles of one batched GEMM stand for, but not their launches.
+    With MXFP8 each local expert's rows are also quantised by a kernel of their own."""
     gpu, t, h = cluster.gpu, tp_size, model.hidden_size
     gate_up = 2 if model.mlp_activation is MlpActivation.SWIGLU else 1
     f, fe, k = model.ffn_hidden_size, model.moe_ffn_hidden_size, model.experts_per_token
@@ -121,10 +132,14 @@ def moe_mlp_cost(
     routed_tokens = tokens * k * EXPERT_LOAD_FACTOR  # received by the busiest rank
     per_expert = routed_tokens / local_experts  # rows of each local expert's grouped GEMM
     shared = model.num_shared_experts * fe
+    per_expert_kernels = expert_gemms is ExpertGemms.PER_EXPERT
+    # gemm_time_s charges one launch per batched GEMM; one per local expert adds the others.
+    extra_launches_s = (local_experts - 1) * gpu.kernel_launch_s if per_expert_kernels else 0.0
     gemm_s = (
         gemm_time_s(gpu, precision, tokens, model.num_experts, h)  # router logits
         + gemm_time_s(gpu, precision, per_expert, gate_up * fe / t, h, batch=local_experts)  # routed up (+ gate)
         + gemm_time_s(gpu, precision, per_expert, h, fe / t, batch=local_experts)  # routed down
+        + 2 * extra_launches_s
     )
     if shared:
         gemm_s += gemm_time_s(gpu, precision, tokens, gate_up * shared / t, h) + gemm_time_s(gpu, precision, tokens, h, shared / t)
@@ -157,4 +172,12 @@ def moe_mlp_cost(
         parameter_count=dense_part // t + expert_local,
         expert_parameter_count=expert_local,
         model_flops=3.0 * (layer_forward_gemm_flops(model, tokens, moe=True) - layer_forward_gemm_flops(model, tokens)) / t,
+        # fc1 reads h-wide rows, fc2 fe/t-wide ones; backward quantises fc1's gate_up*fe/t-wide and
+        # fc2's h-wide output gradients. The dense MLP's tokens x (h + f/t) and x (gate_up*f/t + h)
+        # are charged with the dense layer already.
+        quantised_forward_elements=routed_tokens * (h + fe / t) + tokens * (h + shared / t) * bool(shared) - tokens * (h + f / t),
+        quantised_backward_elements=(
+            routed_tokens * (gate_up * fe / t + h) + tokens * (gate_up * shared / t + h) * bool(shared) - tokens * (gate_up * f / t + h)
+        ),
+        quantised_tensors=2 * (local_experts if per_expert_kernels and precision is Precision.MXFP8 else 1) + 2 * bool(shared) - 2,
     )

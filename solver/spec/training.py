@@ -211,6 +211,29 @@ class PipelineSchedule(str, Enum):
     DUALPIPE = "dualpipe"
 
 
+class ExpertGemms(str, Enum):
+    """How the stack runs an MoE layer's routed-expert GEMMs on a rank holding several local experts
+    (``solver.cost.moe``).
+
+    GROUPED: one grouped-GEMM kernel per GEMM over all local experts (Megatron-core's legacy
+    ``GroupedMLP``: ``gg.ops.gmm`` of the grouped_gemm library, NVIDIA/Megatron-LM 8f1c2f8ae
+    megatron/core/transformer/moe/experts.py), the default.
+    PER_EXPERT: one GEMM launch per local expert, and with MXFP8 one quantisation kernel per local
+    expert's rows: Transformer Engine's ``GroupedLinear``, which Megatron-core's ``TEGroupedMLP``
+    runs (NVIDIA/TransformerEngine v2.1 to v2.13; Megatron-Bridge df0289c pins 5671fd36, the v2.12
+    tag, and 5776a6d90 release_v2.9): ``general_grouped_gemm`` reaches common/gemm/cublaslt_gemm.cu
+    ``multi_stream_cublas_gemm``, one cuBLASLt GEMM per expert round-robin over 4 compute streams
+    (its CUTLASS grouped GEMM only on Hopper, behind NVTE_USE_CUTLASS_GROUPED_GEMM), and
+    pytorch/csrc/extensions/cast.cpp ``split_quantize`` quantises each split with its own kernel
+    except under FP8 delayed scaling ("only have fused kernel for FP8 delayed scaling") and NVFP4
+    (one fused kernel). FP8 current and blockwise scaling quantise per split too, but ``Precision.FP8``
+    does not say which recipe ran, so only MXFP8 is charged per expert.
+    """
+
+    GROUPED = "grouped"
+    PER_EXPERT = "per_expert"
+
+
 @dataclass(frozen=True)
 class TrainingSpec:
     """Training settings shared by every configuration of one request.
@@ -260,6 +283,8 @@ class TrainingSpec:
     # ``--overlap-moe-expert-parallel-comm``, 0.14+, off by default; DeepSeek-V3's DualPipe, arXiv
     # 2412.19437 Sec 3.2.1) or on the compute stream, waited for (False). Dense layers are untouched.
     ep_comm_overlap: bool = False
+    # How the routed experts' GEMMs (and MXFP8 quantisation) are launched (``ExpertGemms``).
+    expert_gemms: ExpertGemms = ExpertGemms.GROUPED
     # Whether the model's parameters stay fp32 and the 16-bit compute comes from torch.autocast
     # (torch.cuda.amp: Hugging Face Trainer's fp16/bf16, Lightning's precision 16) rather than from
     # a 16-bit model beside an fp32 master copy (Megatron, DeepSpeed's fp16 engine, apex AMP O2,
@@ -297,6 +322,7 @@ class TrainingSpec:
         object.__setattr__(self, "loss_kernel", LossKernel(self.loss_kernel))
         object.__setattr__(self, "sp_saved_input", SpSavedInput(self.sp_saved_input))
         object.__setattr__(self, "pipeline_schedule", PipelineSchedule(self.pipeline_schedule))
+        object.__setattr__(self, "expert_gemms", ExpertGemms(self.expert_gemms))
         try:
             modules = tuple(sorted({RecomputeModule(m) for m in self.recompute_modules}, key=list(RecomputeModule).index))
         except (TypeError, ValueError):
