@@ -50,7 +50,7 @@ NEW_KIND_FAMILY_TARGET = 0.15
 # TrainingSpec fields a run sets beyond its stack's facts: Megatron-core's selective recompute
 # modules (``--recompute-modules``), a per-job choice the recipes state, and the pipeline schedule
 # (DeepSeek-V3's DualPipe, arXiv 2412.19437 Sec 3.2.1).
-RUN_FACTS = ("recompute_modules", "pipeline_schedule", "expert_gemms")
+RUN_FACTS = ("recompute_modules", "pipeline_schedule")
 
 
 @dataclass(frozen=True)

@@ -116,3 +116,57 @@ def test_the_bench_runs_on_transformer_engine_launch_per_expert_and_the_report_r
         if training_for(record, settings, model).expert_gemms is ExpertGemms.PER_EXPERT:
             per_expert.add(record["id"])
     assert per_expert == {record["id"] for record in load_moe_records()} - {"moe-deepseekv3-report-2048gpu"}
+
+
+# --- The stack sets it (catalog/data/stacks.json), a request may override it -----------------------
+
+def test_each_stack_says_how_its_experts_launch_their_gemms():
+    import catalog
+
+    # Megatron-core's TEGroupedMLP (Transformer Engine GroupedLinear: one cuBLASLt GEMM per local
+    # expert) and DeepSpeed-MoE's loop over its local experts launch per expert; torchtitan's
+    # GroupedExperts runs one torch._grouped_mm over all of them.
+    for stack in ("megatron-core-2024", "megatron-lm-2024", "megatron-deepspeed-2022", "deepspeed-zero3"):
+        assert catalog.get_stack_facts(stack)["expert_gemms"] == "per_expert", stack
+    assert catalog.get_stack_facts("torchtitan-2025")["expert_gemms"] == "grouped"
+
+
+def _moe_evaluation(**training: object) -> dict:
+    from conftest import unique_name
+
+    model = {
+        "name": unique_name("moe-gemms"), "num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16,
+        "num_kv_heads": 4, "ffn_hidden_size": 3584, "vocab_size": 32000, "seq_length": 2048,
+        "mlp_activation": "swiglu", "tied_embeddings": False, "position_embedding": "none",
+        "num_experts": 32, "experts_per_token": 2,
+    }
+    return {
+        "model": model,
+        "cluster": "dgx-h100",
+        "training": {"global_batch_size": 64, "seq_length": 2048, **training},
+        # ep 8 over 8 GPUs: 4 local experts per rank, so per-expert launches cost 3 more per GEMM.
+        "parallel": {"dp_size": 8, "tp_size": 1, "pp_size": 1, "ep_size": 8, "zero_stage": 1, "micro_batch_size": 1},
+    }
+
+
+def test_a_request_takes_the_stacks_expert_gemms_and_may_override_it(api):
+    stack = api.post("/v1/evaluations", json=_moe_evaluation(stack="megatron-core-2024"))
+    grouped = api.post("/v1/evaluations", json=_moe_evaluation(stack="megatron-core-2024", expert_gemms="grouped"))
+    spelled = api.post("/v1/evaluations", json=_moe_evaluation(stack="megatron-core-2024", expert_gemms="per_expert"))
+    assert stack.status_code == grouped.status_code == spelled.status_code == 200, (stack.text, grouped.text)
+    step_s = {name: r.json()["prediction"]["step_time_s"] for name, r in (("stack", stack), ("grouped", grouped), ("spelled", spelled))}
+    assert step_s["stack"] == step_s["spelled"]
+    # Per-expert launches only add time (the same FLOPs, more kernels).
+    assert step_s["stack"] > step_s["grouped"]
+    titan = api.post("/v1/evaluations", json=_moe_evaluation(stack="torchtitan-2025"))
+    titan_per_expert = api.post("/v1/evaluations", json=_moe_evaluation(stack="torchtitan-2025", expert_gemms="per_expert"))
+    assert titan.status_code == titan_per_expert.status_code == 200, titan.text
+    assert titan_per_expert.json()["prediction"]["step_time_s"] > titan.json()["prediction"]["step_time_s"]
+
+
+def test_an_unknown_expert_gemms_is_a_422_naming_it(api):
+    from conftest import assert_problem, error_fields
+
+    response = api.post("/v1/evaluations", json=_moe_evaluation(expert_gemms="per_token"))
+    problem = assert_problem(response, 422)
+    assert error_fields(problem) == ["body.training.expert_gemms"]

@@ -416,6 +416,12 @@ class StackFacts(BaseModel):
             "or the all-gathered one (DTensor)"
         )
     )
+    expert_gemms: Literal["grouped", "per_expert"] = Field(
+        description=(
+            "how a rank's local experts run their GEMMs: one grouped kernel for all of them, or one launch per expert "
+            "(Transformer Engine's GroupedLinear, DeepSpeed-MoE's loop; with MXFP8 one quantisation kernel per expert too)"
+        )
+    )
 
 
 class StackFactSources(BaseModel):
@@ -441,6 +447,7 @@ class StackFactSources(BaseModel):
     grad_bucket_copy: str
     loss_keeps_logits: str
     sp_saved_input: str
+    expert_gemms: str
 
 
 class StackEntry(BaseModel):

@@ -93,6 +93,13 @@ class Training(BaseModel):
             "or the all-gathered one (DTensor); null: the stack's"
         ),
     )
+    expert_gemms: Literal["grouped", "per_expert"] | None = Field(
+        None,
+        description=(
+            "how a rank's local experts run their GEMMs: one grouped kernel for all of them, or one launch per expert "
+            "(Transformer Engine's GroupedLinear, DeepSpeed-MoE's loop; with MXFP8 one quantisation kernel per expert too); null: the stack's"
+        ),
+    )
     # Megatron-core's --recompute-modules (solver.spec.training.RecomputeModule): what a selectively
     # recomputed layer recomputes where the stack's selective mode is "attention".
     recompute_modules: list[Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act"]] | None = Field(
