@@ -32,12 +32,16 @@ def value_type(dimension: Dimension) -> Any:
 
 
 def parallel_fields() -> dict[str, Any]:
-    """The ``parallel`` object's dimension fields, each defaulting as ``ParallelConfig`` does."""
+    """The ``parallel`` object's dimension fields, each defaulting as ``ParallelConfig`` does: one
+    that follows another (``Dimension.follows``) defaults to null, the value it follows."""
     defaults = ParallelConfig()
-    return {
-        d.name: (value_type(d), Field(d.to_api(getattr(defaults, d.name)), description=d.description))
-        for d in DIMENSIONS
-    }
+    fields = {}
+    for d in DIMENSIONS:
+        if d.follows is not None:
+            fields[d.name] = (value_type(d) | None, Field(None, description=d.description))
+        else:
+            fields[d.name] = (value_type(d), Field(d.to_api(getattr(defaults, d.name)), description=d.description))
+    return fields
 
 
 def constraint_fields(int_rule: Any) -> dict[str, Any]:

@@ -779,7 +779,8 @@ def analytic_profile(
     dense_layer = _mlp_recompute(layer, model, cluster.gpu, training, tokens, shape.tp_size) if RecomputeModule.MLP in modules else layer
     if model.is_moe:
         cost = moe_mlp_cost(
-            model, cluster, training.precision, tokens, shape.tp_size, shape.ep_size, _saved_input_bytes(training), training.expert_gemms
+            model, cluster, training.precision, tokens, shape.tp_size, shape.ep_size, _saved_input_bytes(training), training.expert_gemms,
+            shape.expert_tp_size,
         )
         moe_layer = _moe_layer(layer, cost, cluster.gpu, training.precision, training.ep_comm_overlap, RecomputeModule.MOE_ACT in modules)
         layers += [_renamed(moe_layer if model.is_moe_layer(i) else dense_layer, f"layer.{i}") for i in range(model.num_layers)]

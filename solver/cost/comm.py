@@ -93,14 +93,16 @@ def ring_exchange_s(message_bytes: float, cp_size: int, link: Link) -> float:
 
 
 def ep_link_span(tp_size: int, ep_size: int) -> int:
-    """Consecutive ranks one expert-parallel group spans: its ep ranks are tp apart (Megatron-core's
-    expert rank grid tp-ep-dp-pp with expert tensor parallelism = tp; with cp_size 1 this is the
+    """Consecutive ranks one expert-parallel group spans: its ep ranks are ``tp_size`` apart, the
+    expert tensor-parallel size (Megatron-core's expert rank grid tp-ep-dp-pp with the expert
+    tensor-parallel size in tp's place; at its default, tp, and cp_size 1 this is the
     tp-cp-ep-dp-pp order of its dense grid)."""
     return tp_size * ep_size
 
 
 def all_to_all_s(cluster: ClusterSpec, message_bytes: float, ep_size: int, tp_size: int) -> float:
-    """One all-to-all over an expert-parallel group of ``ep_size`` ranks (tp_size apart), in which
+    """One all-to-all over an expert-parallel group of ``ep_size`` ranks ``tp_size`` apart (the
+    expert tensor-parallel size: tp by default, 1 when the experts are not split), in which
     every rank holds ``message_bytes`` and sends the (ep - 1)/ep of it bound for the other ranks,
     1/ep to each (token dispatch or combine, Lepikhin et al. 2020 GShard Sec 2.2; Megatron-core
     ``MoEAlltoAllTokenDispatcher``). Seconds.

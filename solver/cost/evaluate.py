@@ -233,11 +233,13 @@ def _tail(
 
 def expert_gradient_group(parallel: ParallelConfig) -> ParallelConfig:
     """The group routed experts' gradients are reduced (and their ZeRO states sharded) over, as
-    a configuration ``data_parallel_exposed_s`` reads: the dp x cp / ep ranks that hold the same
-    experts (``ParallelConfig.expert_dp_size``), tp x ep ranks apart (Megatron-core's expert rank
-    grid tp-ep-dp-pp: its expert data-parallel group strides over whole EP groups)."""
+    a configuration ``data_parallel_exposed_s`` reads: the tp x dp x cp / (ep x etp) ranks that
+    hold the same experts (``ParallelConfig.expert_dp_size``), etp x ep ranks apart (Megatron-core's
+    expert rank grid tp-ep-dp-pp with etp in tp's place: its expert data-parallel group strides
+    over whole expert groups)."""
     return replace(
-        parallel, tp_size=parallel.tp_size * parallel.ep_size, dp_size=parallel.expert_dp_size, cp_size=1, ep_size=1
+        parallel, tp_size=parallel.etp_size * parallel.ep_size, dp_size=parallel.expert_dp_size, cp_size=1, ep_size=1,
+        expert_tp_size=None,
     )
 
 

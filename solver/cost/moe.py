@@ -8,14 +8,24 @@ experts (Shazeer et al. 2017; GShard, Lepikhin et al. 2020; Switch Transformer, 
 activations, tensor-parallel traffic and parameters are swapped for the MoE ones, and the token
 dispatch and combine all-to-alls are added.
 
-The layout is Megatron-core's (``MoEAlltoAllTokenDispatcher``, expert tensor parallel size = tp):
-each TP rank dispatches its 1/tp share of the micro-batch's b*s/cp tokens (Megatron-core requires
-sequence parallelism with MoE and TP), the ep ranks exchange them all-to-all, the expert-TP group
-all-gathers the received tokens so that each TP rank runs its 1/tp slice of its num_experts/ep
-local experts on all of them, reduce-scatters the outputs, and a second all-to-all returns them
-(combine). Backward runs both all-to-alls again. On average every rank receives tokens*k routed
-tokens whatever ep is (each of the ep ranks sends tokens*k/ep to each), so expert parallelism
-divides the experts' memory, not their work.
+The layout is Megatron-core's (``MoEAlltoAllTokenDispatcher`` at NVIDIA/Megatron-LM 8f1c2f8ae,
+megatron/core/transformer/moe/token_dispatcher.py), with an expert tensor-parallel size etp that
+defaults to tp: each TP rank dispatches its 1/tp share of the micro-batch's b*s/cp tokens
+(Megatron-core requires sequence parallelism with MoE and TP: ``MoELayer.forward`` raises
+without it), the ep ranks exchange them all-to-all (``token_dispatch``: ``all_to_all`` over the
+EP group), the expert-TP group of etp ranks all-gathers the received tokens
+(``dispatch_postprocess``: ``gather_from_sequence_parallel_region`` over ``expt_tp``, skipped at
+etp 1) so that each rank runs its 1/etp slice of its num_experts/ep local experts on them,
+reduce-scatters the outputs over the same group (``combine_preprocess``), and a second
+all-to-all returns them (combine). Backward runs every one of them again. On average every rank
+sends and receives tokens/tp x k routed tokens whatever ep is (each of the ep ranks sends 1/ep of
+its share to each), so expert parallelism divides the experts' memory, not their work; after
+the etp gather a rank runs tokens x k x etp/tp routed tokens through experts 1/etp as wide, the
+same FLOPs at any etp. At etp 1 with tp > 1 the dense TP ranks hold different tokens (sequence
+parallel) and send them to ep ranks that are now adjacent (the expert rank grid puts etp, not
+tp, innermost), with no expert-TP collectives at all. The flex dispatcher (DeepEP, HybridEP) puts
+the same tokens on the same ranks in one exchange over the ep x etp group (``MoEFlexTokenDispatcher``:
+its routing map repeated over the etp ranks of each expert), which is not costed apart.
 """
 
 from __future__ import annotations
@@ -59,10 +69,10 @@ class MoeMlpCost:
     kept_bytes: float  # activation bytes kept for backward added (wider MLP, dispatched tokens)
     act_output_bytes: float  # of those, the routed experts' fc2 inputs (what ``moe_act`` recompute drops)
     act_recompute_s: float  # recomputing the routed experts' activation function in backward
-    tp_comm_s: float  # tensor-parallel traffic added (expert-TP gather / scatter of routed tokens)
+    tp_comm_s: float  # tensor-parallel traffic added (expert-TP gather / scatter of routed tokens, less the dense MLP's)
     ep_comm_s: float  # dispatch + combine, forward and backward: four all-to-alls, on the wire
     parameter_count: int  # this GPU's parameters of the whole MoE layer
-    expert_parameter_count: int  # of which routed experts (sharded over ep and tp)
+    expert_parameter_count: int  # of which routed experts (sharded over ep and etp)
     model_flops: float  # useful forward + backward FLOPs added on this GPU (active experts for the dense MLP)
     # FP8-family precisions quantise each GEMM's input forward and its output gradient backward
     # (solver.cost.analytic._fp8_cast_s charges the dense MLP's); the MoE MLP's, beyond those:
@@ -73,16 +83,26 @@ class MoeMlpCost:
 
 def dispatch_bytes(model: ModelSpec, tokens: float, tp_size: int) -> float:
     """Bytes one rank holds for one dispatch (or combine) all-to-all: its tokens/tp share of the
-    micro-batch's tokens, each sent to k experts, h wide, 16 bit. The all-to-all sends (ep - 1)/ep
-    of it to other ranks (``comm.all_to_all_s``)."""
+    micro-batch's tokens (the dense TP group's sequence-parallel split, whatever the experts' etp),
+    each sent to k experts, h wide, 16 bit. The all-to-all sends (ep - 1)/ep of it to other ranks
+    (``comm.all_to_all_s``)."""
     return tokens / tp_size * model.experts_per_token * model.hidden_size * BYTES_16BIT
 
 
-def ep_comm_s(cluster: ClusterSpec, model: ModelSpec, tokens: float, tp_size: int, ep_size: int) -> float:
+def ep_comm_s(
+    cluster: ClusterSpec, model: ModelSpec, tokens: float, tp_size: int, ep_size: int, expert_tp_size: int | None = None
+) -> float:
     """One MoE layer's all-to-alls on one rank: dispatch and combine forward, their gradients
     backward (2 + 2), as they take on the wire; ``ep_comm_exposed_s`` says what they add to the
-    step."""
-    return 4 * all_to_all_s(cluster, dispatch_bytes(model, tokens, tp_size), ep_size, tp_size)
+    step. The ep ranks are etp apart (``expert_tp_size``; None: tp)."""
+    spacing = tp_size if expert_tp_size is None else expert_tp_size
+    return 4 * all_to_all_s(cluster, dispatch_bytes(model, tokens, tp_size), ep_size, spacing)
+
+
+def _at_etp(value: float, expert_tp_size: int, tp_size: int) -> float:
+    """``value`` (a routed-token quantity at etp = tp) at ``expert_tp_size``: x etp / tp. Left
+    untouched at etp = tp, so that those figures are what they were before etp existed."""
+    return value if expert_tp_size == tp_size else value * expert_tp_size / tp_size
 
 
 def ep_comm_exposed_s(comm_s: float, layer_compute_s: float, overlap: bool, slowdown: float) -> float:
@@ -104,9 +124,11 @@ def ep_comm_exposed_s(comm_s: float, layer_compute_s: float, overlap: bool, slow
 
 def moe_mlp_cost(
     model: ModelSpec, cluster: ClusterSpec, precision: Precision, tokens: int, tp_size: int, ep_size: int,
-    saved_input_bytes: float = BYTES_16BIT, expert_gemms: ExpertGemms = ExpertGemms.GROUPED,
+    saved_input_bytes: float = BYTES_16BIT, expert_gemms: ExpertGemms = ExpertGemms.GROUPED, expert_tp_size: int | None = None,
 ) -> MoeMlpCost:
-    """The MoE MLP of one layer on one GPU (see the module docstring); ``tokens`` = b * s / cp.
+    """The MoE MLP of one layer on one GPU (see the module docstring); ``tokens`` = b * s / cp;
+    the routed experts split over ``expert_tp_size`` ranks (None: tp_size), the router and the
+    shared experts over tp as the dense MLP.
 
     Kept for backward, per token through an expert (Megatron-core ``TEGroupedMLP`` and
     ``SharedExpertMLP`` at NVIDIA/Megatron-LM 8f1c2f8ae53b4e3f32c0ae7f397d8b38a675eaa2,
@@ -125,11 +147,13 @@ def moe_mlp_cost(
     experts' work, which the pooled tiles of one batched GEMM stand for, but not their launches.
     With MXFP8 each local expert's rows are also quantised by a kernel of their own."""
     gpu, t, h = cluster.gpu, tp_size, model.hidden_size
+    et = t if expert_tp_size is None else expert_tp_size  # the routed experts' tensor-parallel group (experts.py: expt_tp)
     gate_up = 2 if model.mlp_activation is MlpActivation.SWIGLU else 1
     f, fe, k = model.ffn_hidden_size, model.moe_ffn_hidden_size, model.experts_per_token
     dense = gemm_time_s(gpu, precision, tokens, gate_up * f / t, h) + gemm_time_s(gpu, precision, tokens, h, f / t)
     local_experts = model.num_experts // ep_size
-    routed_tokens = tokens * k * EXPERT_LOAD_FACTOR  # received by the busiest rank
+    # Received by the busiest rank and gathered over its expert-TP group: tokens/tp x k x etp.
+    routed_tokens = _at_etp(tokens * k * EXPERT_LOAD_FACTOR, et, t)
     per_expert = routed_tokens / local_experts  # rows of each local expert's grouped GEMM
     shared = model.num_shared_experts * fe
     per_expert_kernels = expert_gemms is ExpertGemms.PER_EXPERT
@@ -137,13 +161,16 @@ def moe_mlp_cost(
     extra_launches_s = (local_experts - 1) * gpu.kernel_launch_s if per_expert_kernels else 0.0
     gemm_s = (
         gemm_time_s(gpu, precision, tokens, model.num_experts, h)  # router logits
-        + gemm_time_s(gpu, precision, per_expert, gate_up * fe / t, h, batch=local_experts)  # routed up (+ gate)
-        + gemm_time_s(gpu, precision, per_expert, h, fe / t, batch=local_experts)  # routed down
+        + gemm_time_s(gpu, precision, per_expert, gate_up * fe / et, h, batch=local_experts)  # routed up (+ gate)
+        + gemm_time_s(gpu, precision, per_expert, h, fe / et, batch=local_experts)  # routed down
         + 2 * extra_launches_s
     )
     if shared:
         gemm_s += gemm_time_s(gpu, precision, tokens, gate_up * shared / t, h) + gemm_time_s(gpu, precision, tokens, h, shared / t)
-    inner_elements = routed_tokens * fe + tokens * shared  # what the activation function sees, before /t
+    # What the activation function sees, in elements per tp-th (the routed experts' 1/etp slices
+    # of routed_tokens rows counted as tp/etp of them).
+    routed_elements = routed_tokens * fe if et == t else routed_tokens * fe * t / et
+    inner_elements = routed_elements + tokens * shared
     activation_fn = (6 if gate_up == 2 else 4)  # HBM bytes per inner element: as the dense layer's
     elementwise = activation_fn * (inner_elements - tokens * f) / t + PERMUTE_BYTES_PER_ELEMENT * routed_tokens * h
     g = saved_input_bytes
@@ -151,14 +178,17 @@ def moe_mlp_cost(
     # Against the dense MLP's act input and down-projection input (analytic._kept_bytes), which
     # the MoE MLP replaces; the dense MLP's input (the norm output) stays, as the router's.
     kept = (act_input + g) * (inner_elements - tokens * f) / t + g * routed_tokens * h + (g * tokens * h if shared else 0)
-    act_output = g * routed_tokens * fe / t
+    act_output = g * routed_tokens * fe / et
     # The dense MLP's two TP all-reduces of tokens x h become an all-gather and a reduce-scatter
-    # of the routed tokens (k x more rows) inside the expert-TP group: the same ring volume.
+    # of the routed tokens (k x more rows) inside the expert-TP group: at etp = tp the same ring
+    # volume; at etp 1 none (the layer keeps its tokens sequence-parallel). The shared experts'
+    # own TP collectives (SharedExpertMLP on the dense TP group) are not costed at any etp.
     link = tp_link(cluster, t)
-    tp_extra = 2 * (all_reduce_s(BYTES_16BIT * tokens * k * h, t, link) - all_reduce_s(BYTES_16BIT * tokens * h, t, link))
+    expert_gather_s = all_reduce_s(BYTES_16BIT * _at_etp(tokens * k * h, et, t), et, tp_link(cluster, et))
+    tp_extra = 2 * (expert_gather_s - all_reduce_s(BYTES_16BIT * tokens * h, t, link))
     experts = layer_expert_parameter_count(model)
     dense_part = layer_parameter_count(model, moe=True) - experts
-    expert_local = experts // (ep_size * t)
+    expert_local = experts // (ep_size * et)
     return MoeMlpCost(
         dense_gemm_forward_s=dense,
         gemm_forward_s=gemm_s,
@@ -166,18 +196,18 @@ def moe_mlp_cost(
         elementwise_kernels=PERMUTE_KERNELS,
         kept_bytes=kept,
         act_output_bytes=act_output,
-        act_recompute_s=elementwise_time_s(gpu, activation_fn * routed_tokens * fe / t, kernels=1),
+        act_recompute_s=elementwise_time_s(gpu, activation_fn * routed_tokens * fe / et, kernels=1),
         tp_comm_s=tp_extra,
-        ep_comm_s=ep_comm_s(cluster, model, tokens, t, ep_size),
+        ep_comm_s=ep_comm_s(cluster, model, tokens, t, ep_size, et),
         parameter_count=dense_part // t + expert_local,
         expert_parameter_count=expert_local,
         model_flops=3.0 * (layer_forward_gemm_flops(model, tokens, moe=True) - layer_forward_gemm_flops(model, tokens)) / t,
-        # fc1 reads h-wide rows, fc2 fe/t-wide ones; backward quantises fc1's gate_up*fe/t-wide and
+        # fc1 reads h-wide rows, fc2 fe/etp-wide ones; backward quantises fc1's gate_up*fe/etp-wide and
         # fc2's h-wide output gradients. The dense MLP's tokens x (h + f/t) and x (gate_up*f/t + h)
         # are charged with the dense layer already.
-        quantised_forward_elements=routed_tokens * (h + fe / t) + tokens * (h + shared / t) * bool(shared) - tokens * (h + f / t),
+        quantised_forward_elements=routed_tokens * (h + fe / et) + tokens * (h + shared / t) * bool(shared) - tokens * (h + f / t),
         quantised_backward_elements=(
-            routed_tokens * (gate_up * fe / t + h) + tokens * (gate_up * shared / t + h) * bool(shared) - tokens * (gate_up * f / t + h)
+            routed_tokens * (gate_up * fe / et + h) + tokens * (gate_up * shared / t + h) * bool(shared) - tokens * (gate_up * f / t + h)
         ),
         quantised_tensors=2 * (local_experts if per_expert_kernels and precision is Precision.MXFP8 else 1) + 2 * bool(shared) - 2,
     )

@@ -101,19 +101,22 @@ class ProfileShape:
     group a GPU's share is cut for, the micro-batch it runs, and whether norms and dropouts are
     split over the group (sequence parallelism), and the context-parallel group each sequence
     is split over (a GPU's layers see s / cp_size tokens of each sequence), and the
-    expert-parallel group an MoE layer's experts are split over."""
+    expert-parallel group an MoE layer's experts are split over, and the expert tensor-parallel
+    group each expert is split over (``ParallelConfig.expert_tp_size``: None when it is tp)."""
 
     tp_size: int = 1
     micro_batch_size: int = 1
     sequence_parallel: bool = False
     cp_size: int = 1
     ep_size: int = 1
+    expert_tp_size: int | None = None
 
     @staticmethod
     def of(parallel: Any) -> "ProfileShape":
         """The profile shape of a ``ParallelConfig`` (or anything with these fields)."""
         return ProfileShape(
-            parallel.tp_size, parallel.micro_batch_size, parallel.sequence_parallel, parallel.cp_size, parallel.ep_size
+            parallel.tp_size, parallel.micro_batch_size, parallel.sequence_parallel, parallel.cp_size, parallel.ep_size,
+            parallel.expert_tp_size,
         )
 
 

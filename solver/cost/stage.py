@@ -80,7 +80,7 @@ class StageCost:
     largest_layer_parameter_count: int
     in_flight_micro_batches: float
     any_full_recompute: bool
-    expert_parameter_count: int = 0  # of parameter_count, routed experts (sharded over dp x cp / ep)
+    expert_parameter_count: int = 0  # of parameter_count, routed experts (sharded over tp x dp x cp / (ep x etp))
     host_bytes: float = 0.0  # host memory this GPU's offloaded states and checkpoints take (solver.cost.offload)
     offloaded_checkpoint_bytes: float = 0.0  # one micro-batch's activation checkpoints sent to the host
     # Partial activation offload: per layer, in execution order, (forward_s, backward_s, bytes sent
@@ -99,7 +99,7 @@ class StagePolicy:
     num_micro_batches: int
     base_recompute: Recompute  # what layers not fully recomputed do: NONE or SELECTIVE
     pp_size: int = 1  # under a pipeline ZeRO-2/3 keeps weights and gradients unsharded (memory.pipelined_sharding)
-    ep_size: int = 1  # routed experts' states shard over dp_size / ep_size ranks (ParallelConfig.expert_dp_size)
+    expert_dp: int = 0  # ranks routed experts' states shard over (ParallelConfig.expert_dp_size); 0: dp_size
     grad_bytes_per_param: int = GRAD_BYTES_PER_PARAM  # the stack's gradient dtype (TrainingSpec.grad_bytes_per_param)
     offload: Offload = Offload.NONE  # what lives in host memory (ParallelConfig.offload)
     activation_offload_layers: int = 0  # the stage's first N layers' activations go to the host
@@ -111,13 +111,13 @@ class StagePolicy:
         return StagePolicy(
             gpu, parallel.zero_stage, parallel.dp_cp_size, training.optimizer, num_micro_batches,
             Recompute.SELECTIVE if parallel.recompute is Recompute.SELECTIVE else Recompute.NONE,
-            parallel.pp_size, parallel.ep_size, training.grad_bytes_per_param, parallel.offload,
+            parallel.pp_size, parallel.expert_dp_size, training.grad_bytes_per_param, parallel.offload,
             parallel.activation_offload_layers, training.autocast_weights, training.grad_bucket_copy,
         )
 
     @property
     def expert_dp_size(self) -> int:
-        return self.dp_size // self.ep_size
+        return self.expert_dp or self.dp_size
 
 
 # --------------------------------------------------------------------------- the terms
@@ -252,7 +252,7 @@ def state_bytes_per_parameter(parallel: ParallelConfig, training: TrainingSpec) 
 
 def expert_state_bytes_per_parameter(parallel: ParallelConfig, training: TrainingSpec) -> float:
     """``state_bytes_per_parameter`` for a routed expert's parameter: ZeRO shards it over the
-    dp x cp / ep ranks that hold the same experts (``ParallelConfig.expert_dp_size``)."""
+    tp x dp x cp / (ep x etp) ranks that hold the same experts (``ParallelConfig.expert_dp_size``)."""
     states = model_state_bytes(
         1.0, parallel.zero_stage, parallel.expert_dp_size, training.optimizer, parallel.pp_size, training.grad_bytes_per_param,
         training.autocast_weights, training.grad_bucket_copy,

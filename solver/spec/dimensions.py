@@ -53,7 +53,10 @@ class Dimension:
 
     ``relax_rank`` orders the explanation's suggestions to lift a pin on it, the smallest change
     first (None: never suggested). ``of_config`` is False for a dimension a request may pin
-    that is not a field of ``ParallelConfig`` (the GPU count).
+    that is not a field of ``ParallelConfig`` (the GPU count). ``follows`` names the dimension
+    whose value this one takes when it is not given (``expert_tp_size``: ``tp_size``, as
+    Megatron-core's expert_tensor_parallel_size defaults to tp): ``ParallelConfig`` then holds
+    None for it, and ``value_of`` reads the value it stands for.
     """
 
     name: str
@@ -61,6 +64,15 @@ class Dimension:
     description: str
     relax_rank: int | None = None
     of_config: bool = True
+    follows: str | None = None
+
+    def value_of(self, parallel: Any) -> Any:
+        """This dimension's value in ``parallel`` (a ``follows`` dimension left unset: the value
+        of the dimension it follows)."""
+        value = getattr(parallel, self.name)
+        if value is None and self.follows is not None:
+            return getattr(parallel, self.follows)
+        return value
 
     @property
     def ranged(self) -> bool:
@@ -144,6 +156,13 @@ DIMENSIONS: tuple[Dimension, ...] = (
         " dispatched to them by all-to-all (Megatron-core, torchtitan, DeepSpeed-MoE); 1 for dense models",
         relax_rank=9,
     ),
+    Dimension(
+        "expert_tp_size", Kind.COUNT,
+        "expert tensor-parallel group size: each routed expert's GEMMs split over this many ranks (Megatron-core"
+        " --expert-tensor-parallel-size, torchtitan expert_tensor_parallel_degree); the ep x expert_tp_size ranks of"
+        " an expert group are carved from the tp x dp x cp ranks; null: tp_size (Megatron-core's default)",
+        relax_rank=10, follows="tp_size",
+    ),
     Dimension("zero_stage", Kind.ZERO, "ZeRO stage: 0 none, 1 optimizer states, 2 + gradients, 3 + parameters", relax_rank=1),
     Dimension("micro_batch_size", Kind.COUNT, "sequences per micro-batch", relax_rank=2),
     Dimension("recompute", Kind.RECOMPUTE, "activation recomputation: none, selective or full", relax_rank=0),
@@ -170,7 +189,7 @@ PINNABLE: dict[str, Dimension] = {d.name: d for d in (*DIMENSIONS, NUM_GPUS)}
 
 def config_values(parallel: Any, num_gpus: int) -> dict[str, Any]:
     """Every pinnable dimension's JSON value for a configuration on ``num_gpus`` GPUs."""
-    values = {d.name: d.to_api(getattr(parallel, d.name)) for d in DIMENSIONS}
+    values = {d.name: d.to_api(d.value_of(parallel)) for d in DIMENSIONS}
     values[NUM_GPUS.name] = num_gpus
     return values
 

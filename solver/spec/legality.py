@@ -224,11 +224,37 @@ def _check_activation_offload(model: ModelSpec, cluster: ClusterSpec, parallel: 
 
 
 def _check_expert_parallel(model: ModelSpec, parallel: ParallelConfig) -> None:
-    """Expert parallelism's structural rules (nothing to check at ep_size 1): a mixture-of-experts
-    model, whose experts split evenly over the ep ranks (Megatron-core asserts
-    ``num_moe_experts % expert_model_parallel_size == 0``), and ep ranks carved from the dp x cp
-    ranks that replicate the dense parameters (``ParallelConfig.expert_dp_size``)."""
-    ep = parallel.ep_size
+    """Expert parallelism's structural rules (nothing to check at ep_size 1 with the experts split
+    over tp): a mixture-of-experts model, whose experts split evenly over the ep ranks
+    (Megatron-core asserts ``num_moe_experts % expert_model_parallel_size == 0``), and ep ranks
+    carved from the dp x cp ranks that replicate the dense parameters
+    (``ParallelConfig.expert_dp_size``). With an expert tensor-parallel size of its own
+    (``expert_tp_size``, etp), each expert's hidden size splits over etp ranks, and the ep x etp
+    ranks of an expert group are carved from a stage's tp x dp x cp ranks: Megatron-core's
+    ``parallel_state.initialize_model_parallel`` (NVIDIA/Megatron-LM 8f1c2f8ae) raises unless
+    world_size divides by expert_tensor_parallel_size x expert_model_parallel_size x
+    pipeline_model_parallel_size."""
+    ep, etp = parallel.ep_size, parallel.etp_size
+    if parallel.expert_tp_size is not None:
+        field = "parallel.expert_tp_size"
+        if not model.is_moe:
+            raise SpecError(
+                field, f"expert_tp_size {etp} (tp_size {parallel.tp_size}) needs a mixture-of-experts model; {model.name} is dense",
+                Rule.ETP_NEEDS_EXPERTS,
+            )
+        if model.moe_ffn_hidden_size % etp:
+            raise SpecError(
+                field, f"expert_tp_size {etp} does not divide moe_ffn_hidden_size={model.moe_ffn_hidden_size}",
+                Rule.ETP_DIVIDES_MOE_FFN_HIDDEN_SIZE,
+            )
+        ranks = parallel.tp_size * parallel.dp_cp_size
+        if ranks % (ep * etp):
+            raise SpecError(
+                field,
+                f"ep_size * expert_tp_size = {ep}*{etp} does not divide tp_size * dp_size * cp_size = {ranks}: an expert"
+                " group's ranks are carved from a pipeline stage's tensor-, data- and context-parallel ranks",
+                Rule.EXPERT_GROUP_DIVIDES_RANKS,
+            )
     if ep == 1:
         return
     if not model.is_moe:
@@ -237,7 +263,7 @@ def _check_expert_parallel(model: ModelSpec, parallel: ParallelConfig) -> None:
         raise SpecError(
             "parallel.ep_size", f"ep_size {ep} does not divide num_experts={model.num_experts}", Rule.EP_DIVIDES_EXPERTS
         )
-    if parallel.dp_cp_size % ep:
+    if parallel.expert_tp_size is None and parallel.dp_cp_size % ep:
         raise SpecError(
             "parallel.ep_size",
             f"ep_size {ep} does not divide dp_size * cp_size = {parallel.dp_cp_size}: expert-parallel ranks are"

@@ -39,6 +39,9 @@ class ParallelConfig:
     ep_size: int = 1  # expert parallelism: carved from the dp x cp ranks (``expert_dp_size``)
     offload: Offload = Offload.NONE  # model states kept in host memory (solver.cost.offload)
     activation_offload_layers: int = 0  # the first N layers' activations kept in host memory (solver.cost.offload)
+    # Ranks each routed expert's GEMMs are split over (``etp_size``); None: tp_size, Megatron-core's
+    # default. Held as None whenever it equals tp_size, so that equal configurations compare equal.
+    expert_tp_size: int | None = None
 
     def __post_init__(self) -> None:
         # The search builds thousands of these: each check is skipped where the value already
@@ -47,6 +50,8 @@ class ParallelConfig:
             if dimension.kind is Kind.COUNT:
                 value = getattr(self, dimension.name)
                 if type(value) is not int or value < 1:
+                    if value is None and dimension.follows is not None:
+                        continue
                     check_positive_int(f"parallel.{dimension.name}", value)
             elif dimension.kind is Kind.LAYERS:
                 value = getattr(self, dimension.name)
@@ -61,6 +66,8 @@ class ParallelConfig:
             object.__setattr__(self, "recompute", Recompute(self.recompute))
         if type(self.offload) is not Offload:
             object.__setattr__(self, "offload", Offload(self.offload))
+        if self.expert_tp_size == self.tp_size:
+            object.__setattr__(self, "expert_tp_size", None)
         for name in PER_CHUNK_FIELDS:
             values = getattr(self, name)
             if values is not None:
@@ -90,16 +97,25 @@ class ParallelConfig:
         return self.dp_size * self.cp_size
 
     @property
+    def etp_size(self) -> int:
+        """Ranks each routed expert's GEMMs are split over: ``expert_tp_size``, or tp_size when it
+        is not set (Megatron-core's expert_tensor_parallel_size defaults to tp)."""
+        return self.tp_size if self.expert_tp_size is None else self.expert_tp_size
+
+    @property
     def expert_dp_size(self) -> int:
         """Ranks that hold the same experts: expert gradients are reduced, and ZeRO shards expert
-        states, over dp x cp / ep of them. Expert parallelism takes no GPUs of its own: its ep
-        ranks are carved out of the dp x cp ranks that replicate the dense parameters, and each
-        holds num_experts / ep of every MoE layer's experts, split over tp as the dense MLP is
-        (Megatron-core ``parallel_state.initialize_model_parallel``: expert data-parallel size =
-        world / (pp x expert_tp x ep) with expert_tensor_parallel_size defaulting to tp, i.e.
-        dp x cp / ep; its expert rank grid is tp-ep-dp-pp, so an EP group's ranks are tp apart).
-        Exact once ``check_structure`` has passed (ep divides dp x cp)."""
-        return self.dp_cp_size // self.ep_size
+        states, over tp x dp x cp / (ep x etp) of them. Expert parallelism takes no GPUs of its
+        own: the ep x etp ranks of an expert group are carved out of the tp x dp x cp ranks of a
+        pipeline stage, and each holds num_experts / ep of every MoE layer's experts, each
+        expert split over etp ranks (Megatron-core ``parallel_state.initialize_model_parallel``
+        at NVIDIA/Megatron-LM 8f1c2f8ae: expert data-parallel size = world / (pp x
+        expert_tensor_parallel_size x expert_model_parallel_size), its expert rank grid
+        tp-ep-dp-pp with expert_tensor_parallel_size in tp's place). With etp = tp, the default,
+        that is dp x cp / ep and an EP group's ranks are tp apart; with etp 1 an EP group is ep
+        consecutive ranks, its dense TP groups included. Exact once ``check_structure`` has
+        passed (ep x etp divides tp x dp x cp)."""
+        return self.tp_size * self.dp_cp_size // (self.ep_size * self.etp_size)
 
     @property
     def num_chunks(self) -> int:
@@ -114,9 +130,9 @@ def micro_batch_count(global_batch_size: int, dp_size: int, micro_batch_size: in
 
 
 def parallel_to_dict(parallel: ParallelConfig) -> dict[str, Any]:
-    """The API's ``parallel`` object: every dimension (``solver.spec.dimensions``), then the
-    per-chunk lists (null when uniform)."""
-    out = {d.name: d.to_api(getattr(parallel, d.name)) for d in DIMENSIONS}
+    """The API's ``parallel`` object: every dimension (``solver.spec.dimensions``; one that follows
+    another written as the value it stands for), then the per-chunk lists (null when uniform)."""
+    out = {d.name: d.to_api(d.value_of(parallel)) for d in DIMENSIONS}
     for name in PER_CHUNK_FIELDS:
         values = getattr(parallel, name)
         out[name] = list(values) if values else None

@@ -31,6 +31,9 @@ class Rule(str, Enum):
     EP_NEEDS_EXPERTS = "ep_needs_experts"
     EP_DIVIDES_EXPERTS = "ep_divides_experts"
     EP_DIVIDES_DATA_PARALLEL = "ep_divides_data_parallel"
+    ETP_NEEDS_EXPERTS = "etp_needs_experts"
+    ETP_DIVIDES_MOE_FFN_HIDDEN_SIZE = "etp_divides_moe_ffn_hidden_size"
+    EXPERT_GROUP_DIVIDES_RANKS = "expert_group_divides_ranks"
     OFFLOAD_NEEDS_HOST = "offload_needs_host"
     OFFLOAD_WITH_PP = "offload_with_pp"
     OFFLOAD_NEEDS_ZERO = "offload_needs_zero"
@@ -42,6 +45,7 @@ class Rule(str, Enum):
     FRAMEWORK_PP = "framework_pp"
     FRAMEWORK_CP = "framework_cp"
     FRAMEWORK_EP = "framework_ep"
+    FRAMEWORK_EXPERT_TP = "framework_expert_tp"
     FRAMEWORK_ACTIVATION_OFFLOAD = "framework_activation_offload"
     FRAMEWORK_EXACT = "framework_exact"  # the request's framework runs it exactly only with other training settings or values
     # Fit and objective.
@@ -82,10 +86,14 @@ _SUMMARIES = {
     Rule.FRAMEWORK_ACTIVATION_OFFLOAD: "the framework has no partial activation offload (Megatron-core's cpu_offloading_num_layers)",
     Rule.FRAMEWORK_CP: "the framework has no context parallelism",
     Rule.FRAMEWORK_EP: "the framework has no expert parallelism",
+    Rule.FRAMEWORK_EXPERT_TP: "the framework cannot split the experts over that expert_tp_size",
     Rule.FRAMEWORK_EXACT: "the framework cannot run the plan exactly as planned (its launch config would differ)",
     Rule.EP_NEEDS_EXPERTS: "expert parallelism needs a mixture-of-experts model",
     Rule.EP_DIVIDES_EXPERTS: "ep_size does not divide the number of experts",
     Rule.EP_DIVIDES_DATA_PARALLEL: "ep_size does not divide dp_size x cp_size, the ranks it is carved from",
+    Rule.ETP_NEEDS_EXPERTS: "an expert_tp_size other than tp_size needs a mixture-of-experts model",
+    Rule.ETP_DIVIDES_MOE_FFN_HIDDEN_SIZE: "expert_tp_size does not divide the experts' hidden size (moe_ffn_hidden_size)",
+    Rule.EXPERT_GROUP_DIVIDES_RANKS: "ep_size x expert_tp_size does not divide tp_size x dp_size x cp_size, the ranks an expert group is carved from",
     Rule.CP_DIVIDES_SEQUENCE: "the sequence length does not split into 2 x cp_size equal chunks",
     Rule.CP_NEEDS_FUSED_ATTENTION: "context parallelism needs fused (flash) attention",
     Rule.BATCH_DIVISIBLE: "the global batch does not divide over dp_size x micro_batch_size",
