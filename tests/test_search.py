@@ -24,6 +24,8 @@ from solver.spec.training import Recompute, TrainingSpec, ZeroStage
 GIB = 2**30
 
 TINY = ModelSpec(name="tiny", num_layers=4, hidden_size=1024, num_attention_heads=8, vocab_size=32000, seq_length=1024)
+# Four experts, top-2: expert parallelism and expert tensor parallelism are searched for it.
+TINY_MOE = replace(TINY, name="tiny-moe", num_experts=4, experts_per_token=2)
 
 
 def tiny_cluster(memory_gib: float, num_nodes: int = 2, gpus_per_node: int = 4, price: float | None = 2.0) -> ClusterSpec:
@@ -41,9 +43,20 @@ def _compositions(total: int, parts: int):
         yield tuple(bounds[i + 1] - bounds[i] for i in range(parts))
 
 
+def _expert_layouts(model: ModelSpec, tp: int, dp: int) -> list[tuple[int, int | None]]:
+    """(ep, expert_tp_size) pairs of the search space: none for a dense model; for an MoE model
+    the experts split over tp or not at all (etp 1), and every ep of the expert count that the
+    tp x dp ranks of a stage carry at that etp."""
+    if not model.is_moe:
+        return [(1, None)]
+    return [(ep, etp) for etp in sorted({tp, 1}) for ep in range(1, tp * dp // etp + 1)
+            if (tp * dp // etp) % ep == 0 and model.num_experts % ep == 0]
+
+
 def brute_force(request: SearchRequest) -> tuple[float, ParallelConfig, int] | None:
     """Every configuration in the search space (any partition for v = 1, uniform chunks when
-    interleaved, any number of fully recomputed layers per chunk), through the evaluator."""
+    interleaved, any number of fully recomputed layers per chunk; an MoE model's expert layouts),
+    through the evaluator."""
     model, cluster, training, c = request.model, request.cluster, request.training, request.constraints
     price = request.gpu_hour_price_usd or cluster.gpu_hour_price_usd
     best = None
@@ -52,7 +65,9 @@ def brute_force(request: SearchRequest) -> tuple[float, ParallelConfig, int] | N
             if num_gpus % (tp * pp):
                 continue
             dp = num_gpus // (tp * pp)
-            for zero, mb, v, sp in itertools.product(range(4), (1, 2, 4, 8, 16), (1, 2, 4), (False, True)):
+            for zero, mb, v, sp, (ep, etp) in itertools.product(
+                range(4), (1, 2, 4, 8, 16), (1, 2, 4), (False, True), _expert_layouts(model, tp, dp)
+            ):
                 if (sp and tp == 1) or (v > 1 and (pp == 1 or model.num_layers % (pp * v))):
                     continue
                 chunks = pp * v
@@ -63,7 +78,9 @@ def brute_force(request: SearchRequest) -> tuple[float, ParallelConfig, int] | N
                             if full is not None and base is Recompute.FULL and not any(full):
                                 continue
                             try:
-                                parallel = ParallelConfig(dp, tp, pp, ZeroStage(zero), mb, base, v, sp, layers, full)
+                                parallel = ParallelConfig(
+                                    dp, tp, pp, ZeroStage(zero), mb, base, v, sp, layers, full, ep_size=ep, expert_tp_size=etp
+                                )
                             except SpecError:
                                 continue
                             if not _admitted(c, parallel, num_gpus):
@@ -96,7 +113,7 @@ def _admitted(c: Constraints, parallel: ParallelConfig, num_gpus: int) -> bool:
     dims = {"dp_size": parallel.dp_size, "tp_size": parallel.tp_size, "pp_size": parallel.pp_size,
             "zero_stage": int(parallel.zero_stage), "micro_batch_size": parallel.micro_batch_size,
             "virtual_stages": parallel.virtual_stages, "sequence_parallel": parallel.sequence_parallel,
-            "num_gpus": num_gpus}
+            "ep_size": parallel.ep_size, "expert_tp_size": parallel.etp_size, "num_gpus": num_gpus}
     return all(c.admits(k, v) for k, v in dims.items()) and all(c.admits("recompute", r) for r in recompute_values(parallel))
 
 
@@ -429,3 +446,21 @@ def test_a_search_that_overran_its_budget_says_so(monkeypatch):
     assert result.candidates and result.stats.wall_time_s > 30.0
     assert result.stats.timed_out is True
     assert result.stats.proven_optimal is True  # every step ran; only the clock ran out
+
+
+@pytest.mark.parametrize("memory_gib", [3.0, 2.0])
+def test_moe_search_with_expert_and_expert_tensor_parallelism_equals_brute_force(memory_gib):
+    """A small MoE model on 4 GPUs: every ep and expert_tp_size (tp or 1) the search considers,
+    against the same space through the evaluator (micro-batches, ZeRO stages and interleaving
+    pinned to keep the brute force short). At 2 GiB the best plan is tp 2 with ep 4 over dp 2,
+    which only expert_tp_size 1 makes legal."""
+    constraints = Constraints.parse({"micro_batch_size": [1, 2], "zero_stage": [0, 1], "virtual_stages": 1})
+    request = SearchRequest(TINY_MOE, tiny_cluster(memory_gib), TRAINING, num_gpus=4, constraints=constraints)
+    truth = brute_force(request)
+    result = search(request)
+    assert truth is not None and result.best is not None
+    assert result.best.objective_value == pytest.approx(truth[0], rel=1e-9), (result.best.parallel, truth[1])
+    assert result.stats.proven_optimal
+    if memory_gib == 2.0:
+        best = result.best.parallel
+        assert (best.tp_size, best.dp_size, best.ep_size, best.etp_size) == (2, 2, 4, 1)

@@ -64,7 +64,8 @@ def closest_miss(run) -> MemoryMiss | None:
         if shape.offload is not Offload.NONE:
             continue  # the GPU-memory miss is without offload; offload's misses are [host_memory] rejections
         key = (shape.num_gpus, shape.tp_size, shape.pp_size, shape.zero_stage, shape.base_recompute,
-               shape.full_recompute, shape.virtual_stages, shape.sequence_parallel, shape.cp_size, shape.ep_size)
+               shape.full_recompute, shape.virtual_stages, shape.sequence_parallel, shape.cp_size, shape.ep_size,
+               shape.expert_tp_size)
         if key not in smallest or shape.micro_batch_size < smallest[key].micro_batch_size:
             smallest[key] = shape
     seen = set()

@@ -252,11 +252,11 @@ def _activation_offload_plan(
 def _states_may_fit(run: SearchRun, shape: Shape, usable: float) -> bool:
     """False when the model states alone, spread perfectly over the stages, are already too
     much (nothing fits). The same for every micro-batch, recompute, interleaving and SP of a
-    (tp, ep, pp, dp, cp, ZeRO, offload), so computed once for them."""
-    key = (shape.tp_size, shape.ep_size, shape.pp_size, shape.dp_size, shape.cp_size, shape.zero_stage, shape.offload)
+    (tp, ep, etp, pp, dp, cp, ZeRO, offload), so computed once for them."""
+    key = (shape.tp_size, shape.ep_size, shape.expert_tp_size, shape.pp_size, shape.dp_size, shape.cp_size, shape.zero_stage, shape.offload)
     if key not in run.states_fit:
         uniform, training = shape.uniform(), run.request.training
-        params, experts = run.profiles.parameter_count(shape.tp_size, shape.ep_size)
+        params, experts = run.profiles.parameter_count(shape.tp_size, shape.ep_size, shape.expert_tp_size)
         state_floor = (
             state_bytes_per_parameter(uniform, training) * (params - experts) + expert_state_bytes_per_parameter(uniform, training) * experts
         ) / shape.pp_size

@@ -58,10 +58,13 @@ class Shape:
     ep_size: int = 1
     offload: Offload = Offload.NONE
     activation_offload_layers: int = 0  # the first N layers' activations in host memory (one stage)
+    expert_tp_size: int = 0  # ranks each routed expert is split over; 0: tp_size (ParallelConfig.expert_tp_size None)
 
     @property
     def profile_shape(self) -> ProfileShape:
-        return ProfileShape(self.tp_size, self.micro_batch_size, self.sequence_parallel, self.cp_size, self.ep_size)
+        return ProfileShape(
+            self.tp_size, self.micro_batch_size, self.sequence_parallel, self.cp_size, self.ep_size, self.expert_tp_size or None
+        )
 
     def uniform(self) -> ParallelConfig:
         """The configuration with a uniform partition and every layer on the base recompute
@@ -72,6 +75,7 @@ class Shape:
                 self.dp_size, self.tp_size, self.pp_size, ZeroStage(self.zero_stage), self.micro_batch_size,
                 self.base_recompute, self.virtual_stages, self.sequence_parallel, cp_size=self.cp_size, ep_size=self.ep_size,
                 offload=self.offload, activation_offload_layers=self.activation_offload_layers,
+                expert_tp_size=self.expert_tp_size or None,
             )
             self.__dict__["_uniform"] = built  # not a field: equality, order and hash ignore it
         return built
@@ -89,9 +93,9 @@ class SearchRun:
     legal: list[Shape] = field(default_factory=list)  # shapes that passed every rule
     closest: list[tuple[float, ParallelConfig, Evaluation]] = field(default_factory=list)  # memory misses
     partitions_exact: bool = True
-    # (pp, zero, cp, ep, offloads activations) -> violations
-    framework_rules: dict[tuple[int, int, int, int, bool], list[Violation]] = field(default_factory=dict)
-    states_fit: dict[tuple, bool] = field(default_factory=dict)  # (tp, ep, pp, dp, cp, zero, offload) -> model states may fit
+    # (pp, zero, cp, ep, offloads activations[, tp, etp where etp is not tp]) -> violations
+    framework_rules: dict[tuple, list[Violation]] = field(default_factory=dict)
+    states_fit: dict[tuple, bool] = field(default_factory=dict)  # (tp, ep, etp, pp, dp, cp, zero, offload) -> model states may fit
     step_bounds: dict[tuple, float] = field(default_factory=dict)  # step_lower_bound_s by what it reads of a shape
     selective_dominated: dict[tuple, bool] = field(default_factory=dict)  # dominated_selective by what it reads of a shape
     # partition problem -> (even partition, optimal partition): solved once (solver.search.loop._partitions)
@@ -184,6 +188,21 @@ def ep_sizes(request: SearchRequest, ranks: int) -> list[int]:
     return [e for e in divisors(ranks) if model.num_experts % e == 0]
 
 
+def expert_tp_sizes(request: SearchRequest, tp: int, ranks: int) -> list[int]:
+    """Expert tensor-parallel sizes to consider at tensor parallelism ``tp`` where ``ranks``
+    (tp x dp x cp) ranks carry the expert groups, as ``Shape.expert_tp_size`` holds them (0: tp):
+    those an expert_tp_size constraint admits among the divisors, else tp for a dense model or at
+    tp 1, and for an MoE model tp and 1, the two every stack with expert tensor parallelism runs
+    (torchtitan's ParallelDims takes no other; Megatron-core's presets use them: NVIDIA's
+    DeepSeek-V3 runs tp 2 with etp 1). ``check_structure`` and the framework rules judge the rest."""
+    if "expert_tp_size" in request.constraints.allowed:
+        admitted = [e for e in divisors(ranks) if request.constraints.admits("expert_tp_size", e)]
+        return [0 if e == tp else e for e in admitted]
+    if not request.model.is_moe or tp == 1:
+        return [0]
+    return [0, 1]
+
+
 def shapes(run: SearchRun, num_gpus: int):
     """Every shape the request admits for ``num_gpus``, legal or not (the caller checks)."""
     request = run.request
@@ -193,12 +212,21 @@ def shapes(run: SearchRun, num_gpus: int):
     for tp, cp in tp_cp:
         if not admits("tp_size", tp):
             continue
-        for pp, ep in ((p, e) for p in divisors(num_gpus // (tp * cp)) for e in ep_sizes(request, num_gpus // (tp * p))):
+        # Expert groups (ep x etp ranks) are carved from a stage's tp x dp x cp ranks: at etp = tp
+        # ep divides dp x cp, at etp 1 it may take the dense TP ranks too.
+        expert_groups = (
+            (p, e, etp)
+            for p in divisors(num_gpus // (tp * cp))
+            for etp in expert_tp_sizes(request, tp, num_gpus // p)
+            for e in ep_sizes(request, num_gpus // ((etp or tp) * p))
+        )
+        for pp, ep, etp in expert_groups:
             dp = num_gpus // (tp * cp * pp)
             if not (admits("pp_size", pp) and admits("dp_size", dp)):
                 continue
-            if not is_legal(run, Shape(num_gpus, dp, tp, pp, 0, 1, Recompute.NONE, False, 1, False, cp, ep), coarse=True):
-                continue  # tp / pp / cp / ep / batch rules that no micro-batch, ZeRO stage or v can repair
+            coarse = Shape(num_gpus, dp, tp, pp, 0, 1, Recompute.NONE, False, 1, False, cp, ep, expert_tp_size=etp)
+            if not is_legal(run, coarse, coarse=True):
+                continue  # tp / pp / cp / ep / etp / batch rules that no micro-batch, ZeRO stage or v can repair
             if training.global_batch_size % dp:
                 run.reject(Rule.BATCH_DIVISIBLE)
                 continue
@@ -228,7 +256,7 @@ def shapes(run: SearchRun, num_gpus: int):
                         continue
                     for layers in activation_offload_options(run, pp, base):
                         # Offloading layers' activations runs without recomputation (full: none).
-                        yield Shape(num_gpus, dp, tp, pp, zero, mb, base, full and not layers, v, sp, cp, ep, offload, layers)
+                        yield Shape(num_gpus, dp, tp, pp, zero, mb, base, full and not layers, v, sp, cp, ep, offload, layers, etp)
 
 
 def searches_activation_offload(run: SearchRun) -> bool:
@@ -319,11 +347,16 @@ def is_legal(run: SearchRun, shape: Shape, coarse: bool = False) -> bool:
             run.stats.configurations_enumerated += 1
             run.stats.configurations_illegal += 1
         return not problems
-    key = (shape.pp_size, shape.zero_stage, shape.cp_size, shape.ep_size, shape.activation_offload_layers > 0)
+    # The expert TP size is read against tp (torchtitan runs etp 1 or tp, and etp 1 only with ep a
+    # multiple of tp x cp): keyed by both where it differs from tp, else as before.
+    expert_tp = (shape.tp_size, shape.expert_tp_size) if shape.expert_tp_size else ()
+    key = (shape.pp_size, shape.zero_stage, shape.cp_size, shape.ep_size, shape.activation_offload_layers > 0, *expert_tp)
     if key not in run.framework_rules:
         probe = ParallelConfig(
+            tp_size=shape.tp_size if expert_tp else 1,
             pp_size=shape.pp_size, zero_stage=ZeroStage(shape.zero_stage), cp_size=shape.cp_size, ep_size=shape.ep_size,
             activation_offload_layers=min(shape.activation_offload_layers, 1),
+            expert_tp_size=shape.expert_tp_size or None,
         )
         run.framework_rules[key] = framework_violations(probe, constraints.framework)
     for violation in run.framework_rules[key]:
@@ -346,7 +379,7 @@ class Profiles:
         self._rows: dict[tuple[ProfileShape, Recompute], tuple] = {}
         self._selective_noop: dict[ProfileShape, bool] = {}
         self._message: dict[ProfileShape, int] = {}
-        self._parameters: dict[tuple[int, int], tuple[int, int]] = {}
+        self._parameters: dict[tuple[int, int, int], tuple[int, int]] = {}
         self._pipeline_comm: dict[tuple, float] = {}
 
     def for_request(self, request: SearchRequest) -> "Profiles":
@@ -389,15 +422,15 @@ class Profiles:
             )
         return self._selective_noop[shape]
 
-    def parameter_count(self, tp: int, ep: int = 1) -> tuple[int, int]:
+    def parameter_count(self, tp: int, ep: int = 1, etp: int = 0) -> tuple[int, int]:
         """Parameters of one tensor- (and expert-) parallel rank's share of the whole model, and
-        how many of them are routed experts'."""
-        if (tp, ep) not in self._parameters:
-            layers = self.profile(ProfileShape(tp, 1, False, 1, ep)).layers
-            self._parameters[tp, ep] = (
+        how many of them are routed experts' (each expert split over ``etp`` ranks; 0: tp)."""
+        if (tp, ep, etp) not in self._parameters:
+            layers = self.profile(ProfileShape(tp, 1, False, 1, ep, etp or None)).layers
+            self._parameters[tp, ep, etp] = (
                 sum(layer.parameter_count for layer in layers), sum(layer.expert_parameter_count for layer in layers)
             )
-        return self._parameters[tp, ep]
+        return self._parameters[tp, ep, etp]
 
     def message_bytes(self, shape: ProfileShape) -> int:
         """The pipeline's point-to-point message: one transformer layer's output."""
@@ -426,8 +459,11 @@ class Profiles:
 
 def dominated_selective(run: SearchRun, shape: Shape) -> bool:
     """A selective-base shape whose plans its base-none twin gives too (selective recompute is a
-    no-op for its profile). Once per (tp, micro-batch, SP, cp, ep, full recompute)."""
-    key = (shape.tp_size, shape.micro_batch_size, shape.sequence_parallel, shape.cp_size, shape.ep_size, shape.full_recompute)
+    no-op for its profile). Once per (tp, micro-batch, SP, cp, ep, etp, full recompute)."""
+    key = (
+        shape.tp_size, shape.micro_batch_size, shape.sequence_parallel, shape.cp_size, shape.ep_size, shape.expert_tp_size,
+        shape.full_recompute,
+    )
     if key not in run.selective_dominated:
         none_admitted = run.request.constraints.admits("recompute", Recompute.NONE.value)
         noop = run.profiles.selective_changes_nothing(shape.profile_shape)
@@ -442,7 +478,7 @@ def step_lower_bound_s(run: SearchRun, shape: Shape) -> float:
     Shared by the shapes that differ only in ZeRO stage, full recompute or offload, which it
     does not read."""
     key = (
-        shape.tp_size, shape.micro_batch_size, shape.sequence_parallel, shape.cp_size, shape.ep_size,
+        shape.tp_size, shape.micro_batch_size, shape.sequence_parallel, shape.cp_size, shape.ep_size, shape.expert_tp_size,
         shape.base_recompute, shape.pp_size, shape.dp_size, shape.virtual_stages,
     )
     if key not in run.step_bounds:
@@ -462,8 +498,8 @@ def count_step_lower_bound_s(run: SearchRun, num_gpus: int) -> float:
     m * model_time / pp = B * tp * model_time(tp, mb, sp) / (mb * N). The minimum over every tp
     that fits the model and the NVLink domain, every micro-batch size and SP bounds all shapes; with
     context parallelism a GPU runs 1/cp of each sample, m * model_time(tp, mb, sp, cp) / pp =
-    B * tp * cp * model_time / (mb * N), minimised over the cp sizes too, and over the ep sizes of
-    an MoE model (expert parallelism changes the all-to-alls and the experts' GEMM shapes)."""
+    B * tp * cp * model_time / (mb * N), minimised over the cp sizes too, and over the ep and
+    expert TP sizes of an MoE model (they change the all-to-alls and the experts' GEMM shapes)."""
     request = run.request
     training, model = request.training, request.model
     best_s = float("inf")
@@ -478,7 +514,10 @@ def count_step_lower_bound_s(run: SearchRun, num_gpus: int) -> float:
             if mb > MICRO_BATCH_CHOICES_MAX or not request.constraints.admits("micro_batch_size", mb):
                 continue
             for sp, cp in itertools.product((False, True) if tp > 1 else (False,), cp_sizes(request, num_gpus // tp)):
-                for ep in ep_sizes(request, num_gpus // (tp * cp)):
-                    per_sample = run.profiles.model_time_s(ProfileShape(tp, mb, sp, cp, ep), Recompute.NONE) * tp * cp / mb
-                    best_s = min(best_s, training.global_batch_size * per_sample / num_gpus)
+                for etp in expert_tp_sizes(request, tp, num_gpus):
+                    # At etp = tp as before; otherwise every ep an expert group of etp-wide experts may take.
+                    for ep in ep_sizes(request, num_gpus // etp if etp else num_gpus // (tp * cp)):
+                        shape = ProfileShape(tp, mb, sp, cp, ep, etp or None)
+                        per_sample = run.profiles.model_time_s(shape, Recompute.NONE) * tp * cp / mb
+                        best_s = min(best_s, training.global_batch_size * per_sample / num_gpus)
     return best_s
