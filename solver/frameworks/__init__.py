@@ -28,7 +28,8 @@ __all__ = [
 
 # The rules a framework itself sets (as opposed to structure, placement or memory).
 FRAMEWORK_RULES = frozenset({
-    Rule.ZERO_WITH_PP, Rule.FRAMEWORK_ZERO, Rule.FRAMEWORK_PP, Rule.FRAMEWORK_CP, Rule.FRAMEWORK_EP, Rule.FRAMEWORK_ACTIVATION_OFFLOAD,
+    Rule.ZERO_WITH_PP, Rule.FRAMEWORK_ZERO, Rule.FRAMEWORK_PP, Rule.FRAMEWORK_CP, Rule.FRAMEWORK_EP, Rule.FRAMEWORK_EXPERT_TP,
+    Rule.FRAMEWORK_ACTIVATION_OFFLOAD,
 })
 
 # The frameworks the planner knows, each with its own rules.

@@ -60,6 +60,15 @@ ACTIVATION_OFFLOAD_REASON = (
 )
 
 
+# DeepSpeed-MoE has no expert tensor-parallel size of its own: deepspeed.moe.layer.MoE takes
+# ep_size and a flag, enable_expert_tensor_parallelism, that splits the experts over the model's
+# tensor-parallel group (or not at all), set in the model code like ep_size.
+EXPERT_TP_REASON = (
+    "DeepSpeed-MoE has no expert tensor parallel size of its own (deepspeed.moe.layer.MoE takes ep_size and"
+    " enable_expert_tensor_parallelism in the model code, splitting experts over the tensor-parallel group or not at all)"
+)
+
+
 def pipeline_zero_violations(parallel: ParallelConfig) -> list[Violation]:
     """ZeRO-2/3 with a pipeline: refused by DeepSpeed's pipeline engine (and run by no framework
     the 'any' rules stand for)."""
@@ -81,6 +90,11 @@ def violations(parallel: ParallelConfig) -> list[Violation]:
         ))
     if parallel.activation_offload_layers:
         out.append(Violation(Rule.FRAMEWORK_ACTIVATION_OFFLOAD, ACTIVATION_OFFLOAD_REASON))
+    if parallel.expert_tp_size is not None:
+        out.append(Violation(
+            Rule.FRAMEWORK_EXPERT_TP,
+            EXPERT_TP_REASON + f"; parallel.expert_tp_size {parallel.expert_tp_size} must equal tp_size {parallel.tp_size}",
+        ))
     return out
 
 
@@ -133,6 +147,12 @@ def exact_config(plan: PlanToExport) -> Nearest:
             " launch config does not write: every GPU holds all experts (more memory, no all-to-all)",
         ))
         parallel = replace(parallel, ep_size=1)
+    if parallel.expert_tp_size is not None:
+        out.append(differs(
+            "parallel.expert_tp_size", parallel.expert_tp_size, parallel.tp_size,
+            EXPERT_TP_REASON + ": this launch config leaves the experts split over tp",
+        ))
+        parallel = replace(parallel, expert_tp_size=None)
     parallel, dropped = without_activation_offload(
         parallel, ACTIVATION_OFFLOAD_REASON + ": every layer's activations stay on the GPU, more memory than planned",
     )

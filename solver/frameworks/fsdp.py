@@ -26,6 +26,11 @@ def violations(parallel: ParallelConfig) -> list[Violation]:
         # Expert parallelism needs a token dispatcher around the experts: torchtitan's
         # expert_parallel_degree, Megatron-core's, DeepSpeed-MoE's; FSDP alone has none.
         out.append(Violation(Rule.FRAMEWORK_EP, f"fsdp has no expert parallelism; ep_size {parallel.ep_size} must be 1"))
+    if parallel.expert_tp_size is not None:
+        out.append(Violation(
+            Rule.FRAMEWORK_EXPERT_TP,
+            f"fsdp has no expert tensor parallelism; parallel.expert_tp_size {parallel.expert_tp_size} must equal tp_size {parallel.tp_size}",
+        ))
     if parallel.activation_offload_layers:
         # PyTorch FSDP's own options offload parameters (CPUOffload), not the first N layers'
         # activations on Transformer Engine's schedule (a Megatron-core setting).

@@ -167,9 +167,13 @@ def arguments(plan: PlanToExport, parallel: ParallelConfig) -> list[Argument]:
         # Ring attention through Transformer Engine (cp_comm_type p2p, megatron-core's default).
         args.append(("--context-parallel-size", str(parallel.cp_size)))
     if parallel.ep_size > 1:
-        # Expert parallelism carved from the data-parallel ranks; megatron-core's expert tensor
-        # parallel size defaults to tp, as the cost model assumes.
+        # Expert parallelism carved from the data-parallel ranks (and, at an expert tensor
+        # parallel size below tp, from the tensor-parallel ones too).
         args.append(("--expert-model-parallel-size", str(parallel.ep_size)))
+    if parallel.expert_tp_size is not None:
+        # megatron-core's expert tensor parallel size defaults to tp (arguments.py validate_args);
+        # written where the plan splits the experts otherwise.
+        args.append(("--expert-tensor-parallel-size", str(parallel.expert_tp_size)))
     layers = plan.chunk_layers(parallel)
     if pp > 1 and len(set(layers)) > 1:
         args.append(("--pipeline-model-parallel-layout", pipeline_layout(layers)))
@@ -302,6 +306,7 @@ def export(plan: PlanToExport) -> Export:
         f" dp {parallel.dp_size} x tp {parallel.tp_size} x pp {parallel.pp_size}"
         + (f" x cp {parallel.cp_size}" if parallel.cp_size > 1 else "")
         + (f" (ep {parallel.ep_size})" if parallel.ep_size > 1 else "")
+        + (f" (experts split over {parallel.expert_tp_size}, not tp)" if parallel.expert_tp_size is not None else "")
         + f", {plan.num_micro_batches} micro-batches per step.",
         "exact: the plan as planned." if not differences else "NOT exact: the nearest configuration Megatron runs; see the differences.",
         "Run on every node with NODE_RANK, MASTER_ADDR and MASTER_PORT set; add data, tokenizer, optimizer",

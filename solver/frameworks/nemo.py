@@ -78,6 +78,18 @@ def exact_config(plan: PlanToExport) -> Nearest:
             " megatron-core's optimizer_cpu_offload is in the Megatron-LM export. Every state stays on the GPU",
         ))
         parallel = replace(parallel, offload=Offload.NONE)
+    if parallel.expert_tp_size is not None:
+        # NeMo's Megatron GPT model builds its process groups through nlp_overrides'
+        # parallel_state.initialize_model_parallel(..., expert_model_parallel_size=...), which passes
+        # no expert_tensor_parallel_size (NVIDIA/NeMo 8cfedd72: nemo/collections/nlp/parts/nlp_overrides.py),
+        # so megatron-core's default, tp, holds whatever the config says.
+        out.append(differs(
+            "parallel.expert_tp_size", parallel.expert_tp_size, parallel.tp_size,
+            "NeMo's Megatron GPT config builds megatron-core's process groups without an expert tensor parallel size,"
+            " so its experts split over tp (NeMo 2's MegatronStrategy(expert_tensor_parallel_size=...) and"
+            " Megatron-Bridge take one; the Megatron-LM export writes --expert-tensor-parallel-size)",
+        ))
+        parallel = replace(parallel, expert_tp_size=None)
     if parallel.zero_stage > ZeroStage.OS:
         out.append(differs(
             "parallel.zero_stage", int(parallel.zero_stage), 1,
@@ -132,7 +144,7 @@ def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[st
     if parallel.cp_size > 1:
         out["context_parallel_size"] = parallel.cp_size  # megatron-core's ring attention
     if parallel.ep_size > 1:
-        out["expert_model_parallel_size"] = parallel.ep_size  # expert tensor parallel = tp, megatron-core's default
+        out["expert_model_parallel_size"] = parallel.ep_size  # expert tensor parallel = tp, megatron-core's default (exact_config)
     if model.is_moe:
         out.update(
             num_moe_experts=model.num_experts, moe_router_topk=model.experts_per_token,

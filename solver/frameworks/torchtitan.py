@@ -47,12 +47,39 @@ TomlValue = int | str | bool | list[str] | list[list[str]]
 ACTIVATION_OFFLOAD_REASON = "torchtitan has no activation offload (its activation_checkpoint recomputes; enable_cpu_offload moves model states)"
 
 
+def expert_tp_problem(parallel: ParallelConfig) -> str:
+    """Why torchtitan cannot split the experts over ``parallel.expert_tp_size`` ("" where it can,
+    or where it is tp). torchtitan 0.2's ParallelDims (torchtitan/distributed/parallel_dims.py,
+    ``_validate``) takes etp = tp ("partial dp -> ep") or etp 1 ("partial dp + all tp -> ep"),
+    the latter with ep a multiple of cp x tp, and applies etp only with expert parallelism (at
+    ep 1 its llama4 parallelize splits the experts over the TP mesh)."""
+    etp, tp, ep, cp = parallel.expert_tp_size, parallel.tp_size, parallel.ep_size, parallel.cp_size
+    if etp is None:
+        return ""
+    if etp != 1:
+        return (
+            f"torchtitan splits the experts over tp or not at all (expert_tensor_parallel_degree 1 or tp);"
+            f" parallel.expert_tp_size {etp} with tp_size {tp}"
+        )
+    if ep == 1:
+        return "torchtitan applies expert_tensor_parallel_degree only with expert parallelism; at ep_size 1 its experts split over tp"
+    if ep % (cp * tp):
+        return (
+            f"torchtitan's expert_tensor_parallel_degree 1 borrows every tp and cp rank for expert parallelism:"
+            f" ep_size {ep} must be a multiple of tp x cp = {tp * cp}"
+        )
+    return ""
+
+
 def violations(parallel: ParallelConfig) -> list[Violation]:
     out: list[Violation] = []
     if parallel.zero_stage == ZeroStage.OS:
         out.append(Violation(Rule.FRAMEWORK_ZERO, "torchtitan shards with FSDP2 (ZeRO-2 or ZeRO-3); zero_stage 1 is not available"))
     if parallel.activation_offload_layers:
         out.append(Violation(Rule.FRAMEWORK_ACTIVATION_OFFLOAD, ACTIVATION_OFFLOAD_REASON))
+    expert_tp = expert_tp_problem(parallel)
+    if expert_tp:
+        out.append(Violation(Rule.FRAMEWORK_EXPERT_TP, expert_tp))
     return out
 
 
@@ -66,6 +93,10 @@ def exact_config(plan: PlanToExport) -> Nearest:
         parallel, ACTIVATION_OFFLOAD_REASON + ": every layer's activations stay on the GPU, more memory than planned",
     )
     out += dropped
+    expert_tp = expert_tp_problem(parallel)
+    if expert_tp:
+        out.append(differs("parallel.expert_tp_size", parallel.expert_tp_size, parallel.tp_size, expert_tp + ": the experts split over tp"))
+        parallel = replace(parallel, expert_tp_size=None)
     replicated_only = parallel.tp_size == 1 and parallel.pp_size == 1
     # With context parallelism torchtitan always shards with FSDP2 over dp_shard x cp
     # (ParallelDims.fsdp_enabled is dp_shard > 1 or cp > 1): no replicated-only run.
@@ -199,10 +230,10 @@ def job_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingS
             "pipeline_parallel_degree": pp,
             # Its FSDP mesh is dp_shard x cp: ZeRO shards over both, as the cost model assumes.
             "context_parallel_degree": parallel.cp_size,
-            # EP borrows from dp_shard x cp when the experts' TP degree is tp (torchtitan's
-            # ParallelDims), which is the layout the cost model assumes.
+            # EP borrows from dp_shard x cp when the experts' TP degree is tp, from dp_shard x cp x
+            # tp when it is 1 (torchtitan's ParallelDims): the two layouts the cost model costs.
             "expert_parallel_degree": parallel.ep_size,
-            "expert_tensor_parallel_degree": parallel.tp_size,
+            "expert_tensor_parallel_degree": parallel.etp_size,
         },
         "activation_checkpoint": {"mode": "full" if recompute_form(plan, parallel) is RecomputeForm.FULL_ALL else "none"},
         # torch.compile fuses the element-wise work around the GEMMs (the plan's fused kernels).
