@@ -264,6 +264,9 @@ def _layout_candidates(par: dict, settings: dict, model: ModelSpec, global_batch
         yield ParallelConfig(
             dp, tp, pp, zero, mb, rc, v, seq_par, layout, cp_size=cp, ep_size=ep,
             activation_offload_layers=settings.get("activation_offload_layers", 0),
+            # The source's expert tensor parallel size (Megatron-core's --expert-tensor-parallel-size);
+            # left out: tp, the stack's default.
+            expert_tp_size=settings.get("expert_tp_size"),
         )
 
 
