@@ -40,7 +40,7 @@ from solver.cost.flops import (
 )
 from solver.cost.mla import MlaCost, mla_cost
 from solver.cost.moe import MoeMlpCost, ep_comm_exposed_s, moe_mlp_cost
-from solver.cost.profile import LayerKind, LayerProfile, ModelProfile, ProfileShape
+from solver.cost.profile import LayerKind, LayerProfile, ModelProfile, Origin, ProfileShape
 from solver.spec.hardware import ClusterSpec, GpuSpec
 from solver.spec.model import Architecture, MlpActivation, ModelSpec
 from solver.spec.training import LossDtype, LossKernel, Precision, RecomputeModule, SelectiveRecompute, SpSavedInput, TrainingSpec
@@ -750,6 +750,71 @@ def _with_mtp(
     )
 
 
+@dataclass(frozen=True)
+class AnalyticLayers:
+    """The analytic profile's chain before each transformer layer gets its own name: the
+    embedding, one ``LayerProfile`` object per transformer layer shared by every layer of its
+    kind (a dense model's layers are one object; an MoE model's, dense or MoE, two), and the head.
+    It reads as a profile's chain does (``embedding``, ``transformer_layers``, ``head``,
+    ``layers``): the search's bounds and partition problems read it without building the named
+    copies, and repeated objects let them cost each kind of layer once (``ModelProfile`` has a
+    named copy per layer, as a measured profile does)."""
+
+    embedding: LayerProfile
+    transformer_layers: tuple[LayerProfile, ...]
+    head: LayerProfile
+
+    @property
+    def layers(self) -> tuple[LayerProfile, ...]:
+        return (self.embedding, *self.transformer_layers, self.head)
+
+    def origins(self) -> dict[str, str]:
+        """Every layer's origin by name, as ``ModelProfile.origins`` (all analytic)."""
+        names = ("embedding", *(f"layer.{i}" for i in range(len(self.transformer_layers))), "head")
+        return {name: Origin.ANALYTIC.value for name in names}
+
+
+@lru_cache(maxsize=4096)
+def analytic_layers(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    shape: ProfileShape,
+) -> AnalyticLayers:
+    """The layers of ``analytic_profile(model, cluster, training, shape)``, each kind of
+    transformer layer one shared object (``AnalyticLayers``). Cached as the profile is."""
+    seq = training.seq_length
+    args = (shape, seq)
+    layer = _layer_profile(model, cluster, training, *args, index=0)
+    tokens = shape.micro_batch_size * seq // shape.cp_size
+    # Megatron-core's recompute modules (selective recomputation in a Megatron-style stack).
+    modules = training.recompute_modules if training.selective_recompute is SelectiveRecompute.ATTENTION else ()
+    if model.is_mla:
+        cost_mla = mla_cost(model, cluster.gpu, training.precision, tokens, shape.tp_size)
+        layer = _mla_layer(layer, cost_mla, RecomputeModule.MLA_UP_PROJ in modules)
+    embedding = _embedding_profile(model, cluster, *args)
+    moe_layer = layer
+    dense_layer = _mlp_recompute(layer, model, cluster.gpu, training, tokens, shape.tp_size) if RecomputeModule.MLP in modules else layer
+    if model.is_moe:
+        cost = moe_mlp_cost(
+            model, cluster, training.precision, tokens, shape.tp_size, shape.ep_size, _saved_input_bytes(training), training.expert_gemms,
+            shape.expert_tp_size,
+        )
+        moe_layer = _moe_layer(layer, cost, cluster.gpu, training.precision, training.ep_comm_overlap, RecomputeModule.MOE_ACT in modules)
+        blocks = tuple(moe_layer if model.is_moe_layer(i) else dense_layer for i in range(model.num_layers))
+    else:
+        blocks = (dense_layer,) * model.num_layers
+    loss_bytes = loss_peak_bytes_per_logit(
+        training.loss_dtype, training.loss_kernel, training.fused_kernels, training.loss_keeps_logits,
+        vocab_parallel=shape.tp_size > 1,
+    )
+    head = _head_profile(model, cluster, training.precision, *args, loss_bytes_per_logit=loss_bytes)
+    if model.mtp_num_layers:
+        mtp_layer = moe_layer if mtp_layer_is_moe(model) else dense_layer
+        head = _with_mtp(head, mtp_layer, embedding, model, cluster, training.precision, shape, seq)
+    return AnalyticLayers(embedding, blocks, head)
+
+
 @lru_cache(maxsize=4096)
 def analytic_profile(
     model: ModelSpec,
@@ -764,44 +829,17 @@ def analytic_profile(
     kinds, dense and MoE: ``ModelSpec.is_moe_layer``); a measured profile may differ per
     layer. Cached: the optimizer asks for the same (tp, micro-batch, SP) many times.
     """
-    seq = training.seq_length
-    args = (shape, seq)
-    layer = _layer_profile(model, cluster, training, *args, index=0)
-    tokens = shape.micro_batch_size * seq // shape.cp_size
-    # Megatron-core's recompute modules (selective recomputation in a Megatron-style stack).
-    modules = training.recompute_modules if training.selective_recompute is SelectiveRecompute.ATTENTION else ()
-    if model.is_mla:
-        cost_mla = mla_cost(model, cluster.gpu, training.precision, tokens, shape.tp_size)
-        layer = _mla_layer(layer, cost_mla, RecomputeModule.MLA_UP_PROJ in modules)
-    embedding = _embedding_profile(model, cluster, *args)
-    layers = [embedding]
-    moe_layer = layer
-    dense_layer = _mlp_recompute(layer, model, cluster.gpu, training, tokens, shape.tp_size) if RecomputeModule.MLP in modules else layer
-    if model.is_moe:
-        cost = moe_mlp_cost(
-            model, cluster, training.precision, tokens, shape.tp_size, shape.ep_size, _saved_input_bytes(training), training.expert_gemms,
-            shape.expert_tp_size,
-        )
-        moe_layer = _moe_layer(layer, cost, cluster.gpu, training.precision, training.ep_comm_overlap, RecomputeModule.MOE_ACT in modules)
-        layers += [_renamed(moe_layer if model.is_moe_layer(i) else dense_layer, f"layer.{i}") for i in range(model.num_layers)]
-    else:
-        layers += [dense_layer if i == 0 else _renamed(dense_layer, f"layer.{i}") for i in range(model.num_layers)]
-    loss_bytes = loss_peak_bytes_per_logit(
-        training.loss_dtype, training.loss_kernel, training.fused_kernels, training.loss_keeps_logits,
-        vocab_parallel=shape.tp_size > 1,
-    )
-    head = _head_profile(model, cluster, training.precision, *args, loss_bytes_per_logit=loss_bytes)
-    if model.mtp_num_layers:
-        mtp_layer = moe_layer if mtp_layer_is_moe(model) else dense_layer
-        head = _with_mtp(head, mtp_layer, embedding, model, cluster, training.precision, shape, seq)
-    layers.append(head)
+    chain = analytic_layers(model, cluster, training, shape)
+    blocks = chain.transformer_layers
+    # Each kind's object is named layer.0; every other layer is a renamed copy.
+    layers = (chain.embedding, *(block if i == 0 else _renamed(block, f"layer.{i}") for i, block in enumerate(blocks)), chain.head)
     return ModelProfile(
         model_name=model.name,
         tp_size=shape.tp_size,
         micro_batch_size=shape.micro_batch_size,
-        seq_length=seq,
+        seq_length=training.seq_length,
         precision=training.precision,
-        layers=tuple(layers),
+        layers=layers,
         device=cluster.gpu.name,
         cp_size=shape.cp_size,
     )

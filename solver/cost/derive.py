@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from solver.cost.analytic import analytic_profile
+from solver.cost.analytic import analytic_layers, analytic_profile
 from solver.cost.profile import (
     BYTE_FIELDS,
     TIME_FIELDS,
+    LayerChain,
     ModelProfile,
     Origin,
     ProfileShape,
@@ -106,19 +107,21 @@ def derive_profile(
 
 def resolve_profile(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, shape: ProfileShape, profile: ModelProfile | None
-) -> ModelProfile:
-    """The profile to cost this configuration with: the analytic one, or the given measured one
-    carried to ``shape`` (tp_size, micro-batch, SP) and this sequence length by the analytic model's ratios
-    (``solver.cost.derive.derive_profile``). At the measured configuration the ratios are 1, and
-    what one GPU cannot measure (TP communication, model FLOPs) comes from the analytic model."""
+) -> LayerChain:
+    """The layers to cost this configuration with: the analytic ones (``analytic_layers``, the
+    analytic profile without a named copy of every transformer layer), or the given measured
+    profile carried to ``shape`` (tp_size, micro-batch, SP) and this sequence length by the
+    analytic model's ratios (``solver.cost.derive.derive_profile``). At the measured
+    configuration the ratios are 1, and what one GPU cannot measure (TP communication, model
+    FLOPs) comes from the analytic model."""
     # A profile reads the GPU, the NVLink domain and the links, never the cluster's size
     # (tests/test_sweep_speed.py): costed on a one-node copy, the analytic profiles' cache serves
     # the search's bounds and partitions (solver.search.space.Profiles) and the evaluator alike.
     if cluster.num_nodes != 1:
         cluster = replace(cluster, num_nodes=1)
-    target = analytic_profile(model, cluster, training, shape)
     if profile is None:
-        return target
+        return analytic_layers(model, cluster, training, shape)
+    target = analytic_profile(model, cluster, training, shape)
     as_measured = replace(training, seq_length=profile.seq_length, flash_attention=profile.flash_attention)
     measured_at = analytic_profile(model, cluster, as_measured, profile.shape)
     return derive_profile(profile, measured_at, target)

@@ -29,7 +29,7 @@ from solver.cost.offload import (
     offload_exposed_s,
     offload_step_s,
 )
-from solver.cost.profile import ModelProfile, ProfileShape
+from solver.cost.profile import LayerChain, ModelProfile, ProfileShape
 from solver.cost.result import Evaluation, Prediction, StageReport, StepBreakdown
 from solver.cost.schedule import (
     check_pipeline_schedule,
@@ -157,7 +157,7 @@ def evaluate(
 
 
 def stage_costs(
-    prof: ModelProfile, chunks: list[list[tuple[int, bool]]], parallel: ParallelConfig, policy: StagePolicy
+    prof: LayerChain, chunks: list[list[tuple[int, bool]]], parallel: ParallelConfig, policy: StagePolicy
 ) -> list[StageCost]:
     """Every pipeline stage's time per micro-batch and peak memory (``solver.cost.stage``)."""
     pp, v, num_micro_batches = parallel.pp_size, parallel.virtual_stages, policy.num_micro_batches
@@ -246,7 +246,7 @@ def expert_gradient_group(parallel: ParallelConfig) -> ParallelConfig:
 def step_time(
     costs: list[StageCost],
     tails: list[_Tail],
-    prof: ModelProfile,
+    prof: LayerChain,
     cluster: ClusterSpec,
     parallel: ParallelConfig,
     num_micro_batches: int,

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
+from functools import cached_property
+from typing import Any, Protocol
 
 from solver.spec.training import Precision, Recompute
 
@@ -120,6 +121,26 @@ class ProfileShape:
         )
 
 
+class LayerChain(Protocol):
+    """What the search's bounds and partition problems read of a profile: its chain of layers
+    (``ModelProfile``, or the analytic model's ``solver.cost.analytic.AnalyticLayers``, whose
+    transformer layers of one kind are one shared object)."""
+
+    @property
+    def layers(self) -> tuple[LayerProfile, ...]: ...
+
+    @property
+    def transformer_layers(self) -> tuple[LayerProfile, ...]: ...
+
+    @property
+    def embedding(self) -> LayerProfile | None: ...
+
+    @property
+    def head(self) -> LayerProfile | None: ...
+
+    def origins(self) -> dict[str, str]: ...
+
+
 @dataclass(frozen=True)
 class ModelProfile:
     """A chain of layer profiles: embedding, transformer layers, head (in that order)."""
@@ -141,17 +162,18 @@ class ModelProfile:
         """The configuration it was measured (or derived) at."""
         return ProfileShape(self.tp_size, self.micro_batch_size, self.sequence_parallel, self.cp_size)
 
-    @property
+    # Worked out once per profile (the search and the evaluator ask for them thousands of times;
+    # a frozen dataclass's fields never change).
+    @cached_property
     def transformer_layers(self) -> tuple[LayerProfile, ...]:
         return tuple(layer for layer in self.layers if layer.kind is LayerKind.TRANSFORMER)
 
-    @property
+    @cached_property
     def embedding(self) -> LayerProfile | None:
         return next((layer for layer in self.layers if layer.kind is LayerKind.EMBEDDING), None)
 
-    @property
+    @cached_property
     def head(self) -> LayerProfile | None:
-        # Looked up from the end, where the head is (the search asks for it thousands of times).
         return next((layer for layer in reversed(self.layers) if layer.kind is LayerKind.HEAD), None)
 
     def origins(self) -> dict[str, str]:

@@ -306,28 +306,53 @@ def stage_cost(
     base = policy.base_recompute
     extras = [layer for layer in (embedding, head) if layer is not None]
     everything = layers + [(layer, False) for layer in extras]
-    params = sum(layer.parameter_count for layer, _ in everything)
+    # The sums in one pass, each in the order of ``everything`` (a float sum's value depends on
+    # it), starting from 0 as ``sum`` does. What a layer adds is worked out once for a run of
+    # the same layer object and flag (an analytic chain repeats one object per kind of layer).
+    forward_s = backward_s = recompute_s = tp_comm_s = cp_comm_s = ep_comm_s = 0.0
+    params = experts = largest = 0
+    kept_total = 0  # activations of the transformer layers, as their recompute keeps them
+    largest_working: int | None = None  # the largest backward working set of a transformer layer
+    previous: tuple[LayerProfile, bool] | None = None
+    layer_recompute_s, layer_kept, layer_working = 0.0, 0, 0
+    for index, (layer, full) in enumerate(everything):
+        if previous is None or previous[0] is not layer or previous[1] != full:
+            mode = Recompute.FULL if full else base
+            layer_recompute_s, layer_kept, layer_working = layer.recompute_s(mode), layer.kept_bytes(mode), working_bytes(layer, mode)
+            previous = (layer, full)
+        forward_s += layer.forward_s
+        backward_s += layer.backward_s
+        recompute_s += layer_recompute_s
+        tp_comm_s += layer.tp_comm_s
+        cp_comm_s += layer.cp_comm_s
+        ep_comm_s += layer.ep_comm_s
+        params += layer.parameter_count
+        experts += layer.expert_parameter_count  # a head's MTP layer has experts
+        if layer.parameter_count > largest:
+            largest = layer.parameter_count
+        if index < len(layers):
+            kept_total += layer_kept
+            if largest_working is None or layer_working > largest_working:
+                largest_working = layer_working
+    working = largest_working if largest_working is not None else 0
     time = StageTime(
-        forward_s=sum(layer.forward_s for layer, _ in everything),
-        backward_s=sum(layer.backward_s for layer, _ in everything),
-        recompute_s=sum(layer.recompute_s(Recompute.FULL if full else base) for layer, full in everything),
-        tp_comm_s=sum(layer.tp_comm_s for layer, _ in everything),
+        forward_s=forward_s,
+        backward_s=backward_s,
+        recompute_s=recompute_s,
+        tp_comm_s=tp_comm_s,
         grad_accumulation_s=grad_accumulation_s(policy.gpu, params, policy),
-        cp_comm_s=sum(layer.cp_comm_s for layer, _ in everything),
-        ep_comm_s=sum(layer.ep_comm_s for layer, _ in everything),
+        cp_comm_s=cp_comm_s,
+        ep_comm_s=ep_comm_s,
     )
-    largest = max((layer.parameter_count for layer, _ in everything), default=0)
-    experts = sum(layer.expert_parameter_count for layer, _ in everything)  # a head's MTP layer has experts
     held = stage_state_bytes(params, experts, policy)
     states = gpu_model_states(held, policy.offload, policy.zero_stage)
     # Activation offload sends the checkpoints of fully recomputed layers to the host.
     offloaded = [layer.checkpoint_bytes for layer, full in layers if full] if offloads_activations(policy.offload) else []
-    kept = sum(layer.kept_bytes(Recompute.FULL if full else base) for layer, full in layers) - sum(offloaded)
+    kept = kept_total - sum(offloaded)
     # Partial activation offload: the first N layers' activations leave the GPU (legal only
     # without recomputation, on one stage).
     moved = [layer.kept_bytes(base) if i < policy.activation_offload_layers else 0 for i, (layer, _) in enumerate(layers)]
     kept -= sum(moved)
-    working = max((working_bytes(layer, Recompute.FULL if full else base) for layer, full in layers), default=0)
     allocated = dict(
         weights=states["weights"],
         gradients=states["gradients"],

@@ -40,7 +40,7 @@ import numpy as np
 
 from solver.cost.memory import in_flight_micro_batches, reserve_bytes
 from solver.cost.offload import checkpoint_buffer_bytes, offloads_activations
-from solver.cost.profile import ModelProfile
+from solver.cost.profile import LayerChain
 from solver.cost.stage import (
     StagePolicy,
     activation_bytes,
@@ -169,25 +169,32 @@ def _ns(value_s: float) -> int:
     return int(math.ceil(value_s * NS_PER_S))
 
 
-def layer_rows(profile: ModelProfile, base: Recompute) -> tuple[tuple[int, ...], ...]:
+def layer_rows(profile: LayerChain, base: Recompute) -> tuple[tuple[int, ...], ...]:
     """Per transformer layer: time ns, recompute ns, kept KiB, checkpoint KiB, parameters,
     full-recompute working-set KiB, the working set under ``base`` alone (both with the layer's
     backward gradients: ``solver.cost.stage.working_bytes``), and routed-expert
     parameters; layers not fully recomputed run ``base`` (NONE or SELECTIVE).
     One profile's rows serve every ZeRO stage, dp and pp: callers that plan many shapes compute
     them once (``partition_problem``'s ``rows``)."""
-    blocks = profile.transformer_layers
     full = Recompute.FULL
-    return (
-        tuple(_ns(layer.time_s(base)) for layer in blocks),
-        tuple(_ns(layer.recompute_s(full) - layer.recompute_s(base)) for layer in blocks),
-        tuple(_kib(layer.kept_bytes(base)) for layer in blocks),
-        tuple(_kib(layer.kept_bytes(full)) for layer in blocks),
-        tuple(layer.parameter_count for layer in blocks),
-        tuple(_kib(working_bytes(layer)) for layer in blocks),
-        tuple(_kib(working_bytes(layer, base)) for layer in blocks),
-        tuple(layer.expert_parameter_count for layer in blocks),
-    )
+    # One row per distinct layer object: an analytic chain repeats its one or two kinds of layer.
+    known: dict[int, tuple[int, ...]] = {}
+    rows = []
+    for layer in profile.transformer_layers:
+        row = known.get(id(layer))
+        if row is None:
+            row = known[id(layer)] = (
+                _ns(layer.time_s(base)),
+                _ns(layer.recompute_s(full) - layer.recompute_s(base)),
+                _kib(layer.kept_bytes(base)),
+                _kib(layer.kept_bytes(full)),
+                layer.parameter_count,
+                _kib(working_bytes(layer)),
+                _kib(working_bytes(layer, base)),
+                layer.expert_parameter_count,
+            )
+        rows.append(row)
+    return tuple(zip(*rows)) if rows else ((),) * 8
 
 
 def allocatable_bytes(usable_bytes: float) -> float:
@@ -199,7 +206,7 @@ def allocatable_bytes(usable_bytes: float) -> float:
 
 
 def partition_problem(
-    profile: ModelProfile,
+    profile: LayerChain,
     parallel: ParallelConfig,
     training: TrainingSpec,
     num_micro_batches: int,

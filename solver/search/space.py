@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import copy
 import itertools
+from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field, replace
 
+from solver.cost.analytic import analytic_layers
 from solver.cost.derive import resolve_profile
-from solver.cost.profile import ModelProfile, ProfileShape
+from solver.cost.profile import LayerChain, LayerProfile, ProfileShape
 from solver.cost.result import Evaluation
 from solver.cost.schedule import pipeline_comm_s, pipeline_slots
 from solver.frameworks import framework_violations
@@ -374,7 +376,7 @@ class Profiles:
         # costed on a one-node copy, the analytic profiles' cache serves every size of this
         # cluster (a sweep's GPU counts; tests/test_sweep_speed.py checks the profiles agree).
         self._cluster = replace(request.cluster, num_nodes=1)
-        self._profiles: dict[ProfileShape, ModelProfile] = {}
+        self._profiles: dict[ProfileShape, LayerChain] = {}
         self._model_time: dict[tuple[ProfileShape, Recompute], float] = {}
         self._rows: dict[tuple[ProfileShape, Recompute], tuple] = {}
         self._selective_noop: dict[ProfileShape, bool] = {}
@@ -394,25 +396,31 @@ class Profiles:
         shared.request, shared._pipeline_comm = request, {}
         return shared
 
-    def profile(self, shape: ProfileShape) -> ModelProfile:
+    def profile(self, shape: ProfileShape) -> LayerChain:
+        """The layers the search plans ``shape`` with: the analytic model's chain
+        (``AnalyticLayers``: the evaluator's profile without a named copy per layer), or the
+        request's measured profile carried to ``shape`` (``resolve_profile``)."""
         if shape not in self._profiles:
             r = self.request
-            self._profiles[shape] = resolve_profile(r.model, self._cluster, r.training, shape, r.profile)
+            if r.profile is None:
+                self._profiles[shape] = analytic_layers(r.model, self._cluster, r.training, shape)
+            else:
+                self._profiles[shape] = resolve_profile(r.model, self._cluster, r.training, shape, r.profile)
         return self._profiles[shape]
 
     def model_time_s(self, shape: ProfileShape, base: Recompute) -> float:
         """One micro-batch's forward + backward + TP time through every layer, each running
-        ``base`` (NONE or SELECTIVE: no full recompute)."""
+        ``base`` (NONE or SELECTIVE: no full recompute), summed in chain order."""
         key = (shape, base)
         if key not in self._model_time:
-            self._model_time[key] = sum(layer.time_s(base) for layer in self.profile(shape).layers)
+            self._model_time[key] = sum(_each(self.profile(shape).layers, lambda layer: layer.time_s(base)))
         return self._model_time[key]
 
     def selective_changes_nothing(self, shape: ProfileShape) -> bool:
         """With fused attention there is no score tensor to drop: selective recompute is a no-op
         (it keeps what no recomputation keeps, and takes as long)."""
         if shape not in self._selective_noop:
-            layers = self.profile(shape).layers
+            layers = _distinct(self.profile(shape).layers)
             self._selective_noop[shape] = all(layer.selective_activation_bytes == layer.activation_bytes for layer in layers) and (
                 # No layer's selective recompute takes any time (LayerProfile.recompute_s): each
                 # layer's time_s is the same in both modes, and so is the model's, without summing
@@ -455,6 +463,24 @@ class Profiles:
         if key not in self._rows:
             self._rows[key] = layer_rows(self.profile(shape), base)
         return self._rows[key]
+
+
+def _distinct(layers: tuple[LayerProfile, ...]) -> list[LayerProfile]:
+    """Each layer object of ``layers`` once, in order (an analytic chain repeats its one or two
+    kinds of transformer layer)."""
+    return list({id(layer): layer for layer in layers}.values())
+
+
+def _each(layers: tuple[LayerProfile, ...], value: Callable[[LayerProfile], float]) -> list[float]:
+    """``value(layer)`` for each of ``layers`` in order, worked out once per layer object."""
+    known: dict[int, float] = {}
+    values = []
+    for layer in layers:
+        found = known.get(id(layer))
+        if found is None:
+            found = known[id(layer)] = value(layer)
+        values.append(found)
+    return values
 
 
 def dominated_selective(run: SearchRun, shape: Shape) -> bool:
