@@ -21,7 +21,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import catalog  # noqa: E402
-from solver.cost.analytic import analytic_layers, analytic_profile
+from solver.cost import analytic
+from solver.cost.analytic import analytic_profile
 from solver.cost.evaluate import evaluate
 from solver.cost.profile import ProfileShape
 from solver.search.loop import search
@@ -73,8 +74,7 @@ def deepseek_v3_layout() -> None:
 
 
 def clear_caches() -> None:
-    analytic_profile.cache_clear()  # the search's own caches live and die with each search
-    analytic_layers.cache_clear()
+    analytic.clear_caches()  # the search's own caches live and die with each search
 
 
 def time_case(request: SearchRequest):

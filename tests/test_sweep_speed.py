@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 import catalog
+from solver.cost import analytic
 from solver.cost.analytic import analytic_profile
 from solver.cost.profile import ProfileShape
 from solver.search.loop import find_plans
@@ -51,7 +52,7 @@ def test_a_sweep_point_plans_the_same_with_the_profile_cache_warm_or_cold():
         held, _run = find_plans(request)
         return held[0].parallel, held[0].evaluation.prediction
 
-    analytic_profile.cache_clear()
+    analytic.clear_caches()
     cold = best(256)
     best(128)  # warms the cache with the profiles of another size
     assert best(256) == cold
@@ -69,5 +70,5 @@ def test_points_that_share_caches_plan_as_points_that_do_not():
         for node, num_gpus in (("dgx-a100-80gb", 512), ("dgx-a100-80gb", 1024), ("dgx-h100", 1024), ("dgx-h100", 256))
     ]
     alone = [plan_point(point, request) for point, request in chunk]
-    analytic_profile.cache_clear()
+    analytic.clear_caches()
     assert _plan_chunk(chunk) == alone

@@ -774,6 +774,52 @@ class AnalyticLayers:
         return {name: Origin.ANALYTIC.value for name in names}
 
 
+@dataclass(frozen=True)
+class _DenseLayers:
+    """What of an analytic profile its expert-parallel and expert tensor-parallel sizes do not change: the transformer
+    layer before its MLP is made an MoE one, the dense layer, the embedding, and the head
+    before any multi-token-prediction modules (which may hold an MoE layer)."""
+
+    layer: LayerProfile
+    dense_layer: LayerProfile
+    embedding: LayerProfile
+    head: LayerProfile
+
+
+@lru_cache(maxsize=4096)
+def _dense_layers(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, shape: ProfileShape) -> _DenseLayers:
+    """The layers of ``analytic_layers`` that read neither ``shape.ep_size`` nor
+    ``shape.expert_tp_size`` (the caller passes 1 and None): shared by a search's expert-parallel
+    sizes of one (tp, micro-batch, SP, cp)."""
+    seq = training.seq_length
+    args = (shape, seq)
+    layer = _layer_profile(model, cluster, training, *args, index=0)
+    tokens = shape.micro_batch_size * seq // shape.cp_size
+    modules = _recompute_modules(training)
+    if model.is_mla:
+        cost_mla = mla_cost(model, cluster.gpu, training.precision, tokens, shape.tp_size)
+        layer = _mla_layer(layer, cost_mla, RecomputeModule.MLA_UP_PROJ in modules)
+    embedding = _embedding_profile(model, cluster, *args)
+    dense_layer = _mlp_recompute(layer, model, cluster.gpu, training, tokens, shape.tp_size) if RecomputeModule.MLP in modules else layer
+    loss_bytes = loss_peak_bytes_per_logit(
+        training.loss_dtype, training.loss_kernel, training.fused_kernels, training.loss_keeps_logits,
+        vocab_parallel=shape.tp_size > 1,
+    )
+    head = _head_profile(model, cluster, training.precision, *args, loss_bytes_per_logit=loss_bytes)
+    return _DenseLayers(layer, dense_layer, embedding, head)
+
+
+def _recompute_modules(training: TrainingSpec) -> tuple[RecomputeModule, ...]:
+    """Megatron-core's recompute modules (selective recomputation in a Megatron-style stack)."""
+    return training.recompute_modules if training.selective_recompute is SelectiveRecompute.ATTENTION else ()
+
+
+@lru_cache(maxsize=64)
+def _moe_layer_flags(model: ModelSpec) -> tuple[bool, ...]:
+    """``model.is_moe_layer(i)`` for every transformer layer."""
+    return tuple(model.is_moe_layer(i) for i in range(model.num_layers))
+
+
 @lru_cache(maxsize=4096)
 def analytic_layers(
     model: ModelSpec,
@@ -784,35 +830,31 @@ def analytic_layers(
     """The layers of ``analytic_profile(model, cluster, training, shape)``, each kind of
     transformer layer one shared object (``AnalyticLayers``). Cached as the profile is."""
     seq = training.seq_length
-    args = (shape, seq)
-    layer = _layer_profile(model, cluster, training, *args, index=0)
+    expert_free = shape if shape.ep_size == 1 and shape.expert_tp_size is None else replace(shape, ep_size=1, expert_tp_size=None)
+    dense = _dense_layers(model, cluster, training, expert_free)
+    layer, dense_layer, embedding, head = dense.layer, dense.dense_layer, dense.embedding, dense.head
     tokens = shape.micro_batch_size * seq // shape.cp_size
-    # Megatron-core's recompute modules (selective recomputation in a Megatron-style stack).
-    modules = training.recompute_modules if training.selective_recompute is SelectiveRecompute.ATTENTION else ()
-    if model.is_mla:
-        cost_mla = mla_cost(model, cluster.gpu, training.precision, tokens, shape.tp_size)
-        layer = _mla_layer(layer, cost_mla, RecomputeModule.MLA_UP_PROJ in modules)
-    embedding = _embedding_profile(model, cluster, *args)
     moe_layer = layer
-    dense_layer = _mlp_recompute(layer, model, cluster.gpu, training, tokens, shape.tp_size) if RecomputeModule.MLP in modules else layer
     if model.is_moe:
         cost = moe_mlp_cost(
             model, cluster, training.precision, tokens, shape.tp_size, shape.ep_size, _saved_input_bytes(training), training.expert_gemms,
             shape.expert_tp_size,
         )
-        moe_layer = _moe_layer(layer, cost, cluster.gpu, training.precision, training.ep_comm_overlap, RecomputeModule.MOE_ACT in modules)
-        blocks = tuple(moe_layer if model.is_moe_layer(i) else dense_layer for i in range(model.num_layers))
+        moe_act = RecomputeModule.MOE_ACT in _recompute_modules(training)
+        moe_layer = _moe_layer(layer, cost, cluster.gpu, training.precision, training.ep_comm_overlap, moe_act)
+        blocks = tuple(moe_layer if moe else dense_layer for moe in _moe_layer_flags(model))
     else:
         blocks = (dense_layer,) * model.num_layers
-    loss_bytes = loss_peak_bytes_per_logit(
-        training.loss_dtype, training.loss_kernel, training.fused_kernels, training.loss_keeps_logits,
-        vocab_parallel=shape.tp_size > 1,
-    )
-    head = _head_profile(model, cluster, training.precision, *args, loss_bytes_per_logit=loss_bytes)
     if model.mtp_num_layers:
         mtp_layer = moe_layer if mtp_layer_is_moe(model) else dense_layer
         head = _with_mtp(head, mtp_layer, embedding, model, cluster, training.precision, shape, seq)
     return AnalyticLayers(embedding, blocks, head)
+
+
+def clear_caches() -> None:
+    """Empty the analytic model's caches (a benchmark's cold start)."""
+    for cached in (analytic_profile, analytic_layers, _dense_layers, _moe_layer_flags):
+        cached.cache_clear()
 
 
 @lru_cache(maxsize=4096)

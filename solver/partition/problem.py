@@ -236,7 +236,7 @@ def partition_problem(
     # recomputes a layer adds only the difference.
     base_working_kib = max(base_working, default=0)
     extras_all = [layer for layer in (embedding, head) if layer is not None]
-    largest = max([*params, *(layer.parameter_count for layer in extras_all)], default=0)
+    largest = max([max(params, default=0), *(layer.parameter_count for layer in extras_all)])  # counts are >= 0
     # Exact for one stage; with several, before their layers are known, the two-layer bound.
     everything = sum(params) + sum(layer.parameter_count for layer in extras_all) if pp == 1 else math.inf
     gather_buffers = stage_buffer_bytes(largest, everything, policy)
@@ -256,19 +256,11 @@ def partition_problem(
     def accumulation_s(parameter_count: float) -> float:
         return grad_accumulation_s(gpu, parameter_count, policy) - launch_s
 
-    extra_time, extra_state, budget, stage_working = [], [], [], []
     full_working_kib = max(base_working_kib, max(working, default=0))
-    # A middle stage holds neither the embedding nor the head: its extras are one launch and its
-    # fixed memory the gather buffers, whatever its in-flight count. Worked out once.
-    middle: tuple[int, int, int] | None = None  # its (time, state, budget)
-    for stage in range(pp):
+
+    def stage_terms(stage: int) -> tuple[int, int, int, int]:
+        """The stage's extra time, extra state, budget and recompute working set."""
         first_stage, last_stage = stage == 0, stage == pp - 1
-        if middle is not None and not (first_stage or last_stage):
-            extra_time.append(middle[0])
-            extra_state.append(middle[1])
-            budget.append(middle[2])
-            stage_working.append(full_working_kib - base_working_kib)
-            continue
         extras = [layer for layer, here in ((embedding, first_stage), (head, last_stage)) if layer is not None and here]
         # The head's peak and the base's working set are alive one after the other
         # (stage.extras_activation_bytes): the head adds what it holds beyond the base's, and a
@@ -279,19 +271,22 @@ def partition_problem(
         )
         extra_params = sum(layer.parameter_count for layer in extras)
         extra_experts = sum(layer.expert_parameter_count for layer in extras)  # a head's MTP layer has experts
-        extra_time.append(_ns(sum(layer.time_s(policy.base_recompute) for layer in extras) + launch_s + accumulation_s(extra_params)))
+        time_ns = _ns(sum(layer.time_s(policy.base_recompute) for layer in extras) + launch_s + accumulation_s(extra_params))
         state = _kib(state_per_param * (extra_params - extra_experts) + expert_state_per_param * extra_experts)
-        extra_state.append(state)
-        budget.append(int(math.floor((allocatable - fixed) / KIB_BYTES)) - state - base_working_kib)
+        budget = int(math.floor((allocatable - fixed) / KIB_BYTES)) - state - base_working_kib
         if last_stage and head is not None:
             # The head's stage holds max(head, working set): recomputing raises it from
             # max(head, base's) to max(head, full), not by the full excess.
             head_kib = _kib(head.kept_bytes(policy.base_recompute))
-            stage_working.append(max(head_kib, full_working_kib) - max(head_kib, base_working_kib))
-        else:
-            stage_working.append(full_working_kib - base_working_kib)
-        if not (first_stage or last_stage):
-            middle = (extra_time[-1], state, budget[-1])
+            return time_ns, state, budget, max(head_kib, full_working_kib) - max(head_kib, base_working_kib)
+        return time_ns, state, budget, full_working_kib - base_working_kib
+
+    # A middle stage holds neither the embedding nor the head: its extras are one launch and its
+    # fixed memory the gather buffers, whatever its in-flight count. Worked out once.
+    terms = [stage_terms(0)]
+    if pp > 1:
+        terms += [stage_terms(1)] * (pp - 2) + [stage_terms(pp - 1)]
+    extra_time, extra_state, budget, stage_working = (list(column) for column in zip(*terms))
 
     first = params[0] if params else 0
     if any(experts):

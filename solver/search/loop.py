@@ -380,16 +380,22 @@ def _search_count(run, request, num_gpus, top_k, accept, ceiling, held, seen) ->
     """Best-first over one GPU count's shapes, adding to ``held``."""
     stats = run.stats
     bounded: list[tuple[float, Shape]] = []
+    values: dict[float, float] = {}  # step bound -> its objective value (shapes share few bounds)
+    selective = Recompute.SELECTIVE
     for shape in shapes(run, num_gpus):
         stats.configurations_enumerated += 1
         if not is_legal(run, shape):
             stats.configurations_illegal += 1
             continue
-        if shape.base_recompute is Recompute.SELECTIVE and dominated_selective(run, shape):
+        if shape.base_recompute is selective and dominated_selective(run, shape):
             stats.configurations_pruned += 1  # the same plan as its base-none twin
             continue
         run.legal.append(shape)
-        bounded.append((_objective_value(request, step_lower_bound_s(run, shape), num_gpus), shape))
+        step_bound_s = step_lower_bound_s(run, shape)
+        value = values.get(step_bound_s)
+        if value is None:
+            value = values[step_bound_s] = _objective_value(request, step_bound_s, num_gpus)
+        bounded.append((value, shape))
     bounded.sort()  # by bound, then shape
 
     def beaten(bound: float) -> bool:

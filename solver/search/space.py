@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Callable
-from dataclasses import InitVar, dataclass, field, replace
+from dataclasses import InitVar, dataclass, field, fields, replace
 
 from solver.cost.analytic import analytic_layers
 from solver.cost.derive import resolve_profile
@@ -64,9 +64,14 @@ class Shape:
 
     @property
     def profile_shape(self) -> ProfileShape:
-        return ProfileShape(
-            self.tp_size, self.micro_batch_size, self.sequence_parallel, self.cp_size, self.ep_size, self.expert_tp_size or None
-        )
+        """What of the shape its per-layer profile depends on (built once per shape, as ``uniform``)."""
+        built = self.__dict__.get("_profile_shape")
+        if built is None:
+            built = ProfileShape(
+                self.tp_size, self.micro_batch_size, self.sequence_parallel, self.cp_size, self.ep_size, self.expert_tp_size or None
+            )
+            self.__dict__["_profile_shape"] = built  # not a field: equality, order and hash ignore it
+        return built
 
     def uniform(self) -> ParallelConfig:
         """The configuration with a uniform partition and every layer on the base recompute
@@ -81,6 +86,17 @@ class Shape:
             )
             self.__dict__["_uniform"] = built  # not a field: equality, order and hash ignore it
         return built
+
+
+_SHAPE_FIELDS = tuple(f.name for f in fields(Shape))
+
+
+def _shape(*values: object) -> Shape:
+    """``Shape(*values)``, every field given, without the frozen dataclass's ``__init__`` (one
+    ``object.__setattr__`` per field): the search builds tens of thousands of shapes."""
+    shape = object.__new__(Shape)
+    shape.__dict__.update(zip(_SHAPE_FIELDS, values, strict=True))
+    return shape
 
 
 @dataclass
@@ -210,6 +226,7 @@ def shapes(run: SearchRun, num_gpus: int):
     request = run.request
     model, training, constraints = request.model, request.training, request.constraints
     admits = constraints.admits
+    no_activation_offload = [0] if "activation_offload_layers" not in constraints.allowed else None
     tp_cp = [(t, c) for t in divisors(num_gpus) for c in cp_sizes(request, num_gpus // t)]
     for tp, cp in tp_cp:
         if not admits("tp_size", tp):
@@ -256,9 +273,11 @@ def shapes(run: SearchRun, num_gpus: int):
                     if v > 1 and (per_replica // mb) % pp:
                         run.reject(Rule.INTERLEAVE_MICRO_BATCHES)
                         continue
-                    for layers in activation_offload_options(run, pp, base):
+                    # Asked per shape only where the request names activation offload values
+                    # (the options then count what they turn down).
+                    for layers in no_activation_offload or activation_offload_options(run, pp, base):
                         # Offloading layers' activations runs without recomputation (full: none).
-                        yield Shape(num_gpus, dp, tp, pp, zero, mb, base, full and not layers, v, sp, cp, ep, offload, layers, etp)
+                        yield _shape(num_gpus, dp, tp, pp, zero, mb, base, full and not layers, v, sp, cp, ep, offload, layers, etp)
 
 
 def searches_activation_offload(run: SearchRun) -> bool:
