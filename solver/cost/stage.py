@@ -16,6 +16,7 @@ in-flight micro-batches, reserve) and ``solver.cost.profile`` (per-layer terms).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,7 +137,8 @@ def stage_chunks(model: ModelSpec, parallel: ParallelConfig) -> list[list[tuple[
             recomputed = parallel.full_recompute_layers[chunk]
         else:
             recomputed = count if parallel.recompute is Recompute.FULL else 0
-        stages[chunk % parallel.pp_size].extend((first + i, i < recomputed) for i in range(count))
+        flagged = min(max(recomputed, 0), count)  # the chunk's layers i < recomputed
+        stages[chunk % parallel.pp_size].extend(zip(range(first, first + count), [True] * flagged + [False] * (count - flagged)))
         first += count
     return stages
 
@@ -305,54 +307,58 @@ def stage_cost(
     them."""
     base = policy.base_recompute
     extras = [layer for layer in (embedding, head) if layer is not None]
-    everything = layers + [(layer, False) for layer in extras]
-    # The sums in one pass, each in the order of ``everything`` (a float sum's value depends on
-    # it), starting from 0 as ``sum`` does. What a layer adds is worked out once for a run of
-    # the same layer object and flag (an analytic chain repeats one object per kind of layer).
-    forward_s = backward_s = recompute_s = tp_comm_s = cp_comm_s = ep_comm_s = 0.0
-    params = experts = largest = 0
-    kept_total = 0  # activations of the transformer layers, as their recompute keeps them
-    largest_working: int | None = None  # the largest backward working set of a transformer layer
-    previous: tuple[LayerProfile, bool] | None = None
-    layer_recompute_s, layer_kept, layer_working = 0.0, 0, 0
-    for index, (layer, full) in enumerate(everything):
-        if previous is None or previous[0] is not layer or previous[1] != full:
-            mode = Recompute.FULL if full else base
-            layer_recompute_s, layer_kept, layer_working = layer.recompute_s(mode), layer.kept_bytes(mode), working_bytes(layer, mode)
-            previous = (layer, full)
-        forward_s += layer.forward_s
-        backward_s += layer.backward_s
-        recompute_s += layer_recompute_s
-        tp_comm_s += layer.tp_comm_s
-        cp_comm_s += layer.cp_comm_s
-        ep_comm_s += layer.ep_comm_s
-        params += layer.parameter_count
-        experts += layer.expert_parameter_count  # a head's MTP layer has experts
-        if layer.parameter_count > largest:
-            largest = layer.parameter_count
-        if index < len(layers):
-            kept_total += layer_kept
-            if largest_working is None or layer_working > largest_working:
-                largest_working = layer_working
-    working = largest_working if largest_working is not None else 0
+    # Runs of one layer object and flag (an analytic chain repeats one object per kind of
+    # layer; a measured profile's layers all differ by name): what a layer adds is worked out
+    # once per run, and each sum is ``sum`` over the per-layer values in order, as a sum over the
+    # layers is (a float sum's value depends on its order).
+    runs = [(layer, full, len(list(group))) for (layer, full), group in itertools.groupby(layers)]
+    transformer_runs = len(runs)
+    runs += [(layer, False, 1) for layer in extras]
+    forward: list[float] = []
+    backward: list[float] = []
+    recompute: list[float] = []
+    tp_comm: list[float] = []
+    cp_comm: list[float] = []
+    ep_comm: list[float] = []
+    parameters: list[int] = []
+    expert_parameters: list[int] = []
+    kept_per_layer: list[int] = []
+    working_per_run: list[int] = []
+    for index, (layer, full, count) in enumerate(runs):
+        mode = Recompute.FULL if full else base
+        forward += [layer.forward_s] * count
+        backward += [layer.backward_s] * count
+        recompute += [layer.recompute_s(mode)] * count
+        tp_comm += [layer.tp_comm_s] * count
+        cp_comm += [layer.cp_comm_s] * count
+        ep_comm += [layer.ep_comm_s] * count
+        parameters += [layer.parameter_count] * count
+        expert_parameters += [layer.expert_parameter_count] * count  # a head's MTP layer has experts
+        if index < transformer_runs:
+            kept_per_layer += [layer.kept_bytes(mode)] * count
+            working_per_run.append(working_bytes(layer, mode))
+    params = sum(parameters)
     time = StageTime(
-        forward_s=forward_s,
-        backward_s=backward_s,
-        recompute_s=recompute_s,
-        tp_comm_s=tp_comm_s,
+        forward_s=sum(forward),
+        backward_s=sum(backward),
+        recompute_s=sum(recompute),
+        tp_comm_s=sum(tp_comm),
         grad_accumulation_s=grad_accumulation_s(policy.gpu, params, policy),
-        cp_comm_s=cp_comm_s,
-        ep_comm_s=ep_comm_s,
+        cp_comm_s=sum(cp_comm),
+        ep_comm_s=sum(ep_comm),
     )
+    largest = max(parameters, default=0)
+    experts = sum(expert_parameters)
     held = stage_state_bytes(params, experts, policy)
     states = gpu_model_states(held, policy.offload, policy.zero_stage)
     # Activation offload sends the checkpoints of fully recomputed layers to the host.
     offloaded = [layer.checkpoint_bytes for layer, full in layers if full] if offloads_activations(policy.offload) else []
-    kept = kept_total - sum(offloaded)
+    kept = sum(kept_per_layer) - sum(offloaded)
     # Partial activation offload: the first N layers' activations leave the GPU (legal only
     # without recomputation, on one stage).
     moved = [layer.kept_bytes(base) if i < policy.activation_offload_layers else 0 for i, (layer, _) in enumerate(layers)]
     kept -= sum(moved)
+    working = max(working_per_run, default=0)
     allocated = dict(
         weights=states["weights"],
         gradients=states["gradients"],
