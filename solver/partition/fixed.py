@@ -151,6 +151,10 @@ def _identical(problem: PartitionProblem, chunk_layers: tuple[int, ...]) -> Part
         if least is None:
             return None
         f, budget = problem.in_flight[stage], problem.stage_budget_kib[stage]
+        if least == 0:  # fits without recomputing (what the loop below checks first): no layer recomputed
+            worst_time = max(worst_time, problem.stage_extra_time_ns[stage] + held * t)
+            worst_state = max(worst_state, problem.stage_extra_state_kib[stage] + held * state)
+            continue
         for total in range(least, held + 1 if problem.allow_recompute else 1):
             counts = [min(k, n) for k, n in zip(_spread(total, len(mine)), mine)]
             full = sum(counts)

@@ -492,14 +492,9 @@ def _distinct(layers: tuple[LayerProfile, ...]) -> list[LayerProfile]:
 
 def _each(layers: tuple[LayerProfile, ...], value: Callable[[LayerProfile], float]) -> list[float]:
     """``value(layer)`` for each of ``layers`` in order, worked out once per layer object."""
-    known: dict[int, float] = {}
-    values = []
-    for layer in layers:
-        found = known.get(id(layer))
-        if found is None:
-            found = known[id(layer)] = value(layer)
-        values.append(found)
-    return values
+    ids = list(map(id, layers))
+    known = {key: value(layer) for key, layer in dict(zip(ids, layers)).items()}
+    return list(map(known.__getitem__, ids))
 
 
 def dominated_selective(run: SearchRun, shape: Shape) -> bool:
