@@ -137,6 +137,9 @@ def _usable_bytes(request: SearchRequest) -> float:
     return request.cluster.gpu.memory_bytes * request.constraints.max_memory_fraction
 
 
+_FIXED = PartitionMethod.FIXED.value
+
+
 def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
     """Configurations to evaluate for this shape, each with a lower bound on its step time from
     its exact bottleneck stage: the optimal partition with per-stage recompute (one chunk per
@@ -156,7 +159,7 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
     even = uniform_partition(request.model.num_layers, uniform.num_chunks)
     fixed, best = _partitions(run, problem, even)
     methods = run.stats.partition_methods
-    methods[PartitionMethod.FIXED.value] = methods.get(PartitionMethod.FIXED.value, 0) + 1
+    methods[_FIXED] = methods.get(_FIXED, 0) + 1
     if fixed is not None:
         solutions.append(fixed)
     if shape.virtual_stages == 1 and shape.pp_size > 1:
@@ -180,7 +183,7 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
     ]
     # Activation offload where nothing fits without it, or beside recomputation where the
     # objective prefers fewer GPUs (issue 16's rule for offload; see _activation_offload_plan).
-    fewer_gpus = Objective(request.objective) in (Objective.MIN_GPUS, Objective.MIN_COST)
+    fewer_gpus = request.objective in (Objective.MIN_GPUS, Objective.MIN_COST)  # a str enum: its value or member
     if fixed is None or (fewer_gpus and any(fixed.recompute_layers)):
         offloaded = _activation_offload_plan(run, shape, problem, m, usable, rows, even)
         if offloaded is not None:
@@ -274,14 +277,22 @@ def _to_parallel(shape: Shape, solution: PartitionSolution, even: tuple[int, ...
     base = shape.uniform()
     if not any(recomputed):
         if shape.base_recompute is Recompute.SELECTIVE or none_admitted:
-            return replace(base, stage_layers=layers)
-        return replace(base, recompute=Recompute.FULL, stage_layers=layers, full_recompute_layers=recomputed)
+            return _relabelled(base, stage_layers=layers)
+        return _relabelled(base, recompute=Recompute.FULL, stage_layers=layers, full_recompute_layers=recomputed)
     if shape.base_recompute is Recompute.NONE and all(k == n for k, n in zip(recomputed, solution.stage_layers)):
-        return replace(base, recompute=Recompute.FULL, stage_layers=layers)
+        return _relabelled(base, recompute=Recompute.FULL, stage_layers=layers)
     label = Recompute.SELECTIVE if shape.base_recompute is Recompute.SELECTIVE else Recompute.FULL
-    return replace(base, recompute=label, stage_layers=layers, full_recompute_layers=recomputed)
+    return _relabelled(base, recompute=label, stage_layers=layers, full_recompute_layers=recomputed)
 
 
+def _relabelled(base: ParallelConfig, **changes: object) -> ParallelConfig:
+    """``replace(base, **changes)`` without running ParallelConfig's checks again: ``base``
+    passed them, and a plan changes only its recompute label (a Recompute member) and its
+    per-chunk lists, tuples of one Python int per chunk from the partition solvers
+    (``PartitionSolution``). The search labels a plan for every shape it visits."""
+    config = object.__new__(ParallelConfig)
+    config.__dict__.update(base.__dict__, **changes)
+    return config
 
 
 def framework_exact(run: SearchRun, parallel: ParallelConfig, num_gpus: int) -> ParallelConfig | None:
@@ -414,9 +425,12 @@ def _search_count(run, request, num_gpus, top_k, accept, ceiling, held, seen) ->
             run.reject(Rule.MEMORY)  # no partition fits, even recomputing every layer it may
         for planned, step_bound_s in plans:
             parallel = framework_exact(run, planned, num_gpus)
-            if parallel is None or parallel in seen:
+            if parallel is None:
                 continue
-            seen.add(parallel)
+            known = len(seen)
+            seen.add(parallel)  # one hash of the configuration, not two
+            if len(seen) == known:
+                continue  # planned before
             bound_value = _objective_value(request, step_bound_s, num_gpus)
             if parallel is not planned:  # the nearest exact plan of its shape, not proven its best
                 run.replaced_bound = min(run.replaced_bound, bound_value)
