@@ -48,6 +48,10 @@ CLUSTER_OPTIONAL = (
     ("host_memory_gib", "host_memory_bytes", GIB_BYTES),
     ("pcie_gbytes_per_s", "pcie_bytes_per_s", GB_BYTES),
     ("host_memory_gbytes_per_s", "host_memory_bytes_per_s", GB_BYTES),
+    # NVMe facts offload to NVMe is costed with; absent: offloaded states stay in host memory.
+    ("nvme_gbytes", "nvme_bytes", GB_BYTES),
+    ("nvme_read_gbytes_per_s", "nvme_read_bytes_per_s", GB_BYTES),
+    ("nvme_write_gbytes_per_s", "nvme_write_bytes_per_s", GB_BYTES),
 )
 
 # What a software stack sets (data/stacks.json "facts"): TrainingSpec fields, by name.

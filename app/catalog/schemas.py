@@ -21,6 +21,7 @@ from app.core.types import (
     LatencyUs,
     LinkGbytesPerS,
     MemoryGib,
+    NvmeGbytes,
     PeakTflopsValue,
     PriceUsd,
     Reference,
@@ -68,6 +69,10 @@ NVLINK_DOMAIN = (
 HOST_MEMORY = "host (CPU) memory per node, GiB; with pcie_gbytes_per_s and host_memory_gbytes_per_s, what offload needs"
 PCIE = "host <-> GPU PCIe bandwidth per GPU, one direction, nominal decimal GB/s (offload)"
 HOST_MEMORY_BANDWIDTH = "the node's nominal CPU memory bandwidth, all sockets, decimal GB/s (the CPU optimizer step of offload)"
+# NVMe facts offload to NVMe is costed with (parallel.nvme_offload); without all three it cannot.
+NVME_CAPACITY = "NVMe capacity per node that offload may write to, decimal GB; with the two NVMe bandwidths, what NVMe offload needs"
+NVME_READ = "the node's sequential NVMe read bandwidth as measured on the offload volume (all drives together), decimal GB/s"
+NVME_WRITE = "the node's sequential NVMe write bandwidth as measured on the offload volume (all drives together), decimal GB/s"
 
 GPU_EXAMPLE = {
     "name": "my-gpu",
@@ -154,6 +159,9 @@ class ClusterSpecIn(BaseModel):
     host_memory_gib: HostMemoryGib | None = Field(None, description=HOST_MEMORY)
     pcie_gbytes_per_s: LinkGbytesPerS | None = Field(None, description=PCIE)
     host_memory_gbytes_per_s: LinkGbytesPerS | None = Field(None, description=HOST_MEMORY_BANDWIDTH)
+    nvme_gbytes: NvmeGbytes | None = Field(None, description=NVME_CAPACITY)
+    nvme_read_gbytes_per_s: LinkGbytesPerS | None = Field(None, description=NVME_READ)
+    nvme_write_gbytes_per_s: LinkGbytesPerS | None = Field(None, description=NVME_WRITE)
 
 
 # Responses. A field typed ``X | MISSING`` is absent when the entry does not carry it.
@@ -342,6 +350,9 @@ class StoredClusterSpec(BaseModel):
     host_memory_gib: float | None | MISSING = Field(MISSING, description=HOST_MEMORY)
     pcie_gbytes_per_s: float | None | MISSING = Field(MISSING, description=PCIE)
     host_memory_gbytes_per_s: float | None | MISSING = Field(MISSING, description=HOST_MEMORY_BANDWIDTH)
+    nvme_gbytes: float | None | MISSING = Field(MISSING, description=NVME_CAPACITY)
+    nvme_read_gbytes_per_s: float | None | MISSING = Field(MISSING, description=NVME_READ)
+    nvme_write_gbytes_per_s: float | None | MISSING = Field(MISSING, description=NVME_WRITE)
     node: str | MISSING = Field(MISSING, description="the catalog node type")
     source: str | MISSING = Field(MISSING, description="where the cluster comes from")
     link_sources: dict[str, str] | MISSING = Field(MISSING, description=SOURCES_DESCRIPTION)

@@ -9,12 +9,13 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from app.core.types import LIST_MAX_ITEMS, Flag, PositiveInt, not_given
-from solver.spec.dimensions import DIMENSIONS, NUM_GPUS, Dimension, Kind, Offload
+from solver.spec.dimensions import DIMENSIONS, NUM_GPUS, Dimension, Kind, NvmeOffload, Offload
 from solver.spec.parallel import ParallelConfig
 from solver.spec.training import Recompute
 
 RecomputeName = Literal[tuple(mode.value for mode in Recompute)]  # type: ignore[valid-type]
 OffloadName = Literal[tuple(mode.value for mode in Offload)]  # type: ignore[valid-type]
+NvmeOffloadName = Literal[tuple(mode.value for mode in NvmeOffload)]  # type: ignore[valid-type]
 ZeroStageNumber = Annotated[int, Field(strict=True, ge=0, le=3)]
 LayerCount = Annotated[int, Field(strict=True, ge=0)]
 
@@ -27,6 +28,7 @@ def value_type(dimension: Dimension) -> Any:
         Kind.RECOMPUTE: RecomputeName,
         Kind.FLAG: Flag,
         Kind.OFFLOAD: OffloadName,
+        Kind.NVME: NvmeOffloadName,
         Kind.LAYERS: LayerCount,
     }[dimension.kind]
 

@@ -53,6 +53,7 @@ Efficiency = _in_range(*hardware.EFFICIENCY_RANGE)
 PeakTflopsValue = _in_range(*hardware.PEAK_FLOPS_PER_S_RANGE, scale=1e12)
 MemoryGib = _in_range(*hardware.MEMORY_BYTES_RANGE, scale=2**30)
 HostMemoryGib = _in_range(*hardware.HOST_MEMORY_BYTES_RANGE, scale=2**30)
+NvmeGbytes = _in_range(*hardware.NVME_BYTES_RANGE, scale=1e9)  # drives are sold in decimal GB/TB
 HbmGbytesPerS = _in_range(*hardware.HBM_BYTES_PER_S_RANGE, scale=1e9)
 LinkGbytesPerS = _in_range(*hardware.LINK_BYTES_PER_S_RANGE, scale=1e9)
 LatencyUs = _in_range(*hardware.LATENCY_S_RANGE, scale=1e-6)

@@ -253,6 +253,9 @@ class Memory(BaseModel):
     host_gib_per_node: float = Field(
         0.0, description="host memory per node that offloaded model states take (parallel.offload), GiB; 0 without offload"
     )
+    nvme_gbytes_per_node: float = Field(
+        0.0, description="NVMe per node that states offloaded there take (parallel.nvme_offload), decimal GB; 0 without NVMe offload"
+    )
 
 
 class PipelineStage(BaseModel):

@@ -100,6 +100,9 @@ def parallel_words(parallel: dict) -> str:
         elif key == "offload":
             if value != "none":  # only where something is in host memory
                 words.append(f"offload {value}")
+        elif key == "nvme_offload":
+            if value != "none":  # only where something is on NVMe
+                words.append(f"NVMe {value}")
         elif key.endswith("_size"):
             if value != 1 or key in ("dp_size", "tp_size", "pp_size"):  # another dimension only where it splits
                 words.append(f"{key.removesuffix('_size')} {value}")
@@ -206,6 +209,8 @@ def _prediction(candidate: CandidateOut) -> str:
     ]
     if candidate.memory.host_gib_per_node > 0:
         facts.append(("host memory per node", f"{candidate.memory.host_gib_per_node:,.1f} GiB of offloaded states"))
+    if candidate.memory.nvme_gbytes_per_node > 0:
+        facts.append(("NVMe per node", f"{candidate.memory.nvme_gbytes_per_node:,.0f} GB of offloaded states"))
     if band is not None:
         facts.append(("error range", f"from {band.runs} measured runs ({escape(band.group)}): where the measured figures are expected to fall"))
     if candidate.violations:

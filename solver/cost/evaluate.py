@@ -136,7 +136,11 @@ def evaluate(
         for stage, (layers, cost) in enumerate(zip(chunks, costs))
     )
     host_bytes_per_node = max(cost.host_bytes for cost in costs) * gpus_sharing_host(cluster, num_gpus)
-    found = violations(reports, cluster, parallel, policy) + host_violations(cluster, host_bytes_per_node)
+    nvme_bytes_per_node = max(cost.nvme_bytes for cost in costs) * gpus_sharing_host(cluster, num_gpus)
+    found = (
+        violations(reports, cluster, parallel, policy) + host_violations(cluster, host_bytes_per_node)
+        + nvme_violations(cluster, nvme_bytes_per_node)
+    )
     prediction = throughput(model, cluster, training, parallel, num_gpus, step_s, breakdown, recomputed_layers)
     if error_band is not None:
         prediction = replace(
@@ -153,6 +157,7 @@ def evaluate(
         num_micro_batches=m,
         profile_origins=prof.origins() if profile is not None else {},
         host_bytes_per_node=host_bytes_per_node,
+        nvme_bytes_per_node=nvme_bytes_per_node,
     )
 
 
@@ -223,10 +228,11 @@ def _tail(
     layer_shard = cost.largest_layer_parameter_count * shard / cost.parameter_count if cost.parameter_count else 0.0
     exposed += stage_policy.num_micro_batches * offload_exposed_s(
         cluster, parallel.offload, parallel.zero_stage, shard, layer_shard, time.forward_s, time.backward_s + time.recompute_s,
-        stage_policy.grad_bytes_per_param, cost.offloaded_checkpoint_bytes,
+        stage_policy.grad_bytes_per_param, cost.offloaded_checkpoint_bytes, parallel.nvme_offload, num_gpus,
     )
     step_s = offload_step_s(
-        cluster, parallel.offload, parallel.zero_stage, shard, training.optimizer, num_gpus, stage_policy.grad_bytes_per_param
+        cluster, parallel.offload, parallel.zero_stage, shard, training.optimizer, num_gpus, stage_policy.grad_bytes_per_param,
+        parallel.nvme_offload,
     )
     return _Tail(exposed, step_s)
 
@@ -330,6 +336,19 @@ def host_violations(cluster: ClusterSpec, host_bytes_per_node: float) -> list[Vi
             Rule.HOST_MEMORY,
             f"offloaded states need {host_bytes_per_node / GIB_BYTES:.1f} GiB of host memory per node,"
             f" the node has {cluster.host_memory_bytes / GIB_BYTES:.1f} GiB",
+        )
+    ]
+
+
+def nvme_violations(cluster: ClusterSpec, nvme_bytes_per_node: float) -> list[Violation]:
+    """What is offloaded to NVMe must fit on each node's drives (nothing to check without it)."""
+    if nvme_bytes_per_node <= 0 or cluster.nvme_bytes is None or nvme_bytes_per_node <= cluster.nvme_bytes:
+        return []
+    return [
+        Violation(
+            Rule.NVME_CAPACITY,
+            f"states offloaded to NVMe need {nvme_bytes_per_node / 1e12:.2f} TB per node,"
+            f" the node's NVMe holds {cluster.nvme_bytes / 1e12:.2f} TB",
         )
     ]
 

@@ -46,13 +46,38 @@ finished; in backward layer i's reload starts when the backward of layer L - 1 -
 and compute waits for it before layer i's backward. Host memory holds one micro-batch's N layers
 (the buffers are freed after backward). ``activation_offload_exposed_s`` replays that schedule.
 
-Offloading to NVMe is not modelled.
+NVMe (``ParallelConfig.nvme_offload``) is ZeRO-Infinity's third tier (Rajbhandari et al. 2021,
+arXiv 2104.07857, Sec 4-6) as DeepSpeed's ZeRO-3 runs it (deepspeedai/DeepSpeed edaa722,
+deepspeed/runtime/zero/stage3.py and deepspeed/runtime/swap_tensor/). What lives where: with the
+optimizer on NVMe, the fp32 master weights, momentum and variance and the fp32 gradients of the
+rank's shard are files on the node's NVMe volume, and host memory keeps only the optimizer
+swapper's pinned buffers (``offload_optimizer.buffer_count`` of them, one sub-group each); with the
+parameters on NVMe too, the 16-bit parameters are files as well and host memory keeps the
+parameter swapper's ``buffer_count`` x ``buffer_size`` pinned elements. The GPU holds what it holds
+under host offload: the tier behind the host changes nothing on the GPU. Bandwidth-centric
+partitioning (Sec 6.1): every rank reads and writes only its own 1/dp partition, all ranks of a
+node at once, so each rank gets its share of the node's NVMe bandwidth (``nvme_share_bytes_per_s``;
+the SC21 talk's DGX-2 figures: 28 GB/s of NVMe reads per node, 1.75 GB/s per GPU). The step
+(stage3.py ``step``, per sub-group: ``_prepare_sub_group``, ``_optimizer_step``,
+``_reassign_or_swap_out_partitioned_parameters``, ``_release_sub_group``): the gradients go to NVMe
+at the accumulation boundary (``_finalize_offload_gradient_accumulation``: ``swap_out_gradients``,
+asynchronous but flushed before the first sub-group is read back), then each sub-group's states and
+gradients are read, stepped by the CPU, and its states (and with the parameters on NVMe its new
+16-bit parameters) written back. DeepSpeed's default swapper (``PartitionedOptimizerSwapper``;
+``pipeline_read``/``pipeline_write`` false) waits for each read and each write, so the step is
+their sum with the CPU's (``nvme_step_s``); the pipelined swapper, which overlaps the next
+sub-group's read and the last one's write with the step, is not what the export writes and is not
+modelled. Parameters on NVMe are read for each layer in forward and again in backward; ZeRO-Infinity's
+overlap-centric design (Sec 6.2) prefetches them, NVMe to host for a later layer while host to GPU
+runs for the next and the GPU computes the current one, so a pass's parameters arrive at the
+slower of the two links, beside compute (``offload_exposed_s``). Activation checkpoints go to host
+memory only (DeepSpeed's cpu_checkpointing), never to NVMe.
 """
 
 from __future__ import annotations
 
 from solver.cost.memory import OPTIMIZER_BYTES_PER_PARAM, WEIGHT_BYTES_PER_PARAM, ZERO3_PREFETCHED_LAYERS
-from solver.spec.dimensions import Offload
+from solver.spec.dimensions import NvmeOffload, Offload
 from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
 from solver.spec.rules import Rule
@@ -77,6 +102,27 @@ HOST_MEMORY_EFFICIENCY = 0.8
 # PyTorch's CPU Adam per DeepSpeed's ZeRO-Offload tutorial). SGD: 8 + 4 read, 8 + 2 written = 22.
 CPU_OPTIMIZER_BYTES_PER_PARAM = {OptimizerKind.ADAM: 30, OptimizerKind.SGD: 22}
 
+# --- NVMe (see the module; DeepSpeed edaa722 defaults unless the export writes its own) ---------
+# The fp32 gradients DeepSpeed swaps out beside the optimizer states (OptimizerSwapper
+# ``swap_out_gradients``; the master weights' dtype).
+NVME_GRAD_BYTES_PER_PARAM = 4
+# The optimizer swapper's pinned pool: ``offload_optimizer.buffer_count`` buffers (default 4, "at
+# least the number of states maintained per parameter", DeepSpeed's config reference), each one
+# sub-group of fp32 elements (OptimizerSwapper's ``largest_numel``, the largest sub-group).
+NVME_OPTIMIZER_SWAP_BUFFERS = 4
+NVME_SWAP_BYTES_PER_ELEMENT = 4
+# Sub-group (``zero_optimization.sub_group_size``) the export writes with NVMe offload, in
+# elements of a rank's partition. DeepSpeed's default of 1e9 makes the pool 4 x 4 bytes per
+# parameter of any shard under a billion parameters: as much host memory as keeping the states
+# there. 1e8 keeps the pool at 1.6 GB per rank while each read and write stays a 400 MB sequential
+# transfer. A choice written into the export (so plan and launch agree), not a measurement.
+NVME_SUB_GROUP_ELEMENTS = 1e8
+# The parameter swapper's pinned pool: ``offload_param.buffer_count`` (5) x ``buffer_size`` (1e8
+# elements) of 16-bit parameters (AsyncPartitionedParameterSwapper ``_configure_aio``), 1 GB per
+# rank. The export writes ``max_in_cpu`` 0, so no parameters are kept in host memory besides.
+NVME_PARAM_SWAP_BUFFERS = 5
+NVME_PARAM_BUFFER_ELEMENTS = 1e8
+
 
 def offloads_params(offload: Offload) -> bool:
     return offload in (Offload.OPTIMIZER_PARAMS, Offload.OPTIMIZER_PARAMS_ACTIVATIONS)
@@ -84,6 +130,10 @@ def offloads_params(offload: Offload) -> bool:
 
 def offloads_activations(offload: Offload) -> bool:
     return offload is Offload.OPTIMIZER_PARAMS_ACTIVATIONS
+
+
+def params_on_nvme(nvme: NvmeOffload) -> bool:
+    return nvme is NvmeOffload.OPTIMIZER_PARAMS
 
 
 # Checkpoints on the GPU under activation offload: one layer's being copied down in forward and
@@ -134,16 +184,40 @@ def offload_buffer_bytes(
     return buffers
 
 
-def host_bytes_per_gpu(optimizer_state_bytes: float, optimizer: OptimizerKind, offload: Offload) -> float:
+def host_bytes_per_gpu(
+    optimizer_state_bytes: float, optimizer: OptimizerKind, offload: Offload, nvme: NvmeOffload = NvmeOffload.NONE
+) -> float:
     """Host memory one GPU's offloaded states take, from what its optimizer states would take on
     the GPU (``optimizer_state_bytes``, sharded as ZeRO shards them): those states, the fp32
     gradients of the same shard, and with parameter offload its 16-bit parameters
-    (ZeRO-Offload Sec 3: 12 + 4 bytes per parameter on the host; ZeRO-Infinity: + 2)."""
+    (ZeRO-Offload Sec 3: 12 + 4 bytes per parameter on the host; ZeRO-Infinity: + 2). What is on
+    NVMe (``nvme``) leaves only the swappers' pinned buffers in host memory (see the module)."""
     if offload is Offload.NONE:
         return 0.0
     shard = optimizer_state_bytes / OPTIMIZER_BYTES_PER_PARAM[optimizer]
-    per_param = OPTIMIZER_BYTES_PER_PARAM[optimizer] + HOST_GRAD_BYTES_PER_PARAM
+    if nvme is NvmeOffload.NONE:
+        host = shard * (OPTIMIZER_BYTES_PER_PARAM[optimizer] + HOST_GRAD_BYTES_PER_PARAM)
+    else:
+        host = NVME_OPTIMIZER_SWAP_BUFFERS * NVME_SWAP_BYTES_PER_ELEMENT * min(shard, NVME_SUB_GROUP_ELEMENTS)
     if offloads_params(offload):
+        if params_on_nvme(nvme):
+            host += NVME_PARAM_SWAP_BUFFERS * NVME_PARAM_BUFFER_ELEMENTS * WEIGHT_BYTES_PER_PARAM
+        else:
+            host += shard * WEIGHT_BYTES_PER_PARAM
+    return host
+
+
+def nvme_bytes_per_gpu(
+    optimizer_state_bytes: float, optimizer: OptimizerKind, offload: Offload, nvme: NvmeOffload
+) -> float:
+    """NVMe one GPU's offloaded states take (nothing without NVMe offload): its shard's optimizer
+    states and fp32 gradients, and with the parameters there its 16-bit parameters: 12 + 4 (+ 2)
+    bytes per parameter of the shard for Adam, the states ZeRO-Infinity's NVMe tier holds."""
+    if offload is Offload.NONE or nvme is NvmeOffload.NONE:
+        return 0.0
+    shard = optimizer_state_bytes / OPTIMIZER_BYTES_PER_PARAM[optimizer]
+    per_param = OPTIMIZER_BYTES_PER_PARAM[optimizer] + NVME_GRAD_BYTES_PER_PARAM
+    if params_on_nvme(nvme):
         per_param += WEIGHT_BYTES_PER_PARAM
     return shard * per_param
 
@@ -168,9 +242,39 @@ def cpu_optimizer_step_s(cluster: ClusterSpec, shard_parameter_count: float, opt
     return CPU_OPTIMIZER_BYTES_PER_PARAM[optimizer] * shard_parameter_count / share
 
 
+def nvme_share_bytes_per_s(cluster: ClusterSpec, num_gpus: int, write: bool = False) -> float:
+    """One GPU's share of its node's NVMe read (or write) bandwidth: every GPU of the node moves
+    its own partition at once (ZeRO-Infinity's bandwidth-centric partitioning, Sec 6.1)."""
+    bandwidth = cluster.nvme_write_bytes_per_s if write else cluster.nvme_read_bytes_per_s
+    return _given_nvme(bandwidth) / gpus_sharing_host(cluster, num_gpus)
+
+
+def nvme_s(cluster: ClusterSpec, message_bytes: float, num_gpus: int, write: bool = False) -> float:
+    """One GPU's read (or write) of ``message_bytes`` from (to) its node's NVMe volume."""
+    if message_bytes <= 0:
+        return 0.0
+    return message_bytes / nvme_share_bytes_per_s(cluster, num_gpus, write)
+
+
+def nvme_step_s(
+    cluster: ClusterSpec, nvme: NvmeOffload, shard_parameter_count: float, optimizer: OptimizerKind, num_gpus: int
+) -> float:
+    """The step's NVMe traffic for one GPU, which DeepSpeed's default swapper does not overlap
+    with the CPU step (see the module): the shard's fp32 gradients written at the accumulation
+    boundary, its states and gradients read back, its states (and, with the parameters on NVMe,
+    its new 16-bit parameters) written, each at the GPU's share of the node's bandwidth."""
+    if nvme is NvmeOffload.NONE:
+        return 0.0
+    states = OPTIMIZER_BYTES_PER_PARAM[optimizer] * shard_parameter_count
+    grads = NVME_GRAD_BYTES_PER_PARAM * shard_parameter_count
+    params = WEIGHT_BYTES_PER_PARAM * shard_parameter_count if params_on_nvme(nvme) else 0.0
+    return nvme_s(cluster, states + grads, num_gpus) + nvme_s(cluster, grads + states + params, num_gpus, write=True)
+
+
 def offload_exposed_s(
     cluster: ClusterSpec, offload: Offload, zero_stage: ZeroStage, shard_parameter_count: float, largest_layer_shard: float,
     forward_s: float, backward_s: float, grad_bytes_per_param: int, checkpoint_bytes: float = 0.0,
+    nvme: NvmeOffload = NvmeOffload.NONE, num_gpus: int = 1,
 ) -> float:
     """One micro-batch's PCIe traffic that compute does not hide, for one GPU whose shard (its
     1/dp of the stage, as ZeRO partitions it) is ``shard_parameter_count`` parameters:
@@ -179,7 +283,10 @@ def offload_exposed_s(
     compute except the first layer's (ZeRO-Infinity Sec 6). PCIe copies run on the copy
     engines, so the compute beside them is not slowed. Gradients kept on the GPU go down at the
     step (``offload_step_s``). ``checkpoint_bytes``: one micro-batch's offloaded activation
-    checkpoints, down during forward and up during backward."""
+    checkpoints, down during forward and up during backward. Parameters on NVMe (``nvme``, on
+    ``num_gpus`` GPUs) reach the host at the GPU's share of the node's NVMe read bandwidth, in a
+    pipeline with the PCIe copies (ZeRO-Infinity Sec 6.2): each pass moves them at the slower of
+    the two, and the first layer waits for both."""
     if offload is Offload.NONE:
         return 0.0
     streamed = streams_gradients(offload, zero_stage)
@@ -188,6 +295,9 @@ def offload_exposed_s(
         return max(0.0, grads_down_s - backward_s)
     params_up_s = pcie_s(cluster, WEIGHT_BYTES_PER_PARAM * shard_parameter_count)
     first_layer_s = pcie_s(cluster, WEIGHT_BYTES_PER_PARAM * largest_layer_shard)
+    if params_on_nvme(nvme):
+        params_up_s = max(params_up_s, nvme_s(cluster, WEIGHT_BYTES_PER_PARAM * shard_parameter_count, num_gpus))
+        first_layer_s += nvme_s(cluster, WEIGHT_BYTES_PER_PARAM * largest_layer_shard, num_gpus)
     checkpoints_s = pcie_s(cluster, checkpoint_bytes) if offloads_activations(offload) else 0.0
     # PCIe is full duplex: in forward parameters go up while checkpoints go down; in backward
     # parameters and checkpoints share the way up, gradients go down.
@@ -198,15 +308,17 @@ def offload_exposed_s(
 
 def offload_step_s(
     cluster: ClusterSpec, offload: Offload, zero_stage: ZeroStage, shard_parameter_count: float, optimizer: OptimizerKind,
-    num_gpus: int, grad_bytes_per_param: int,
+    num_gpus: int, grad_bytes_per_param: int, nvme: NvmeOffload = NvmeOffload.NONE,
 ) -> float:
     """The step after the last backward for one GPU: its gradient shard copied down where the GPU
     kept the gradients, the CPU optimizer over its shard, then (with only the optimizer
     offloaded) its updated 16-bit parameters copied up (ZeRO-Offload Sec 4.1, without DPU).
-    With parameter offload they stay on the host for the next forward to stream."""
+    With parameter offload they stay on the host for the next forward to stream. With the
+    optimizer on NVMe, the swaps around the CPU step (``nvme_step_s``)."""
     if offload is Offload.NONE:
         return 0.0
     step_s = cpu_optimizer_step_s(cluster, shard_parameter_count, optimizer, num_gpus)
+    step_s += nvme_step_s(cluster, nvme, shard_parameter_count, optimizer, num_gpus)
     if not streams_gradients(offload, zero_stage):
         step_s += pcie_s(cluster, grad_bytes_per_param * shard_parameter_count)
     if offloads_params(offload):
@@ -267,4 +379,11 @@ def _given(value: float | None) -> float:
     """A host figure ``check_structure`` has made sure of (Rule.OFFLOAD_NEEDS_HOST)."""
     if value is None:
         raise SpecError("cluster", "offload needs the cluster's host memory, PCIe and host memory bandwidth", Rule.OFFLOAD_NEEDS_HOST)
+    return value
+
+
+def _given_nvme(value: float | None) -> float:
+    """An NVMe figure ``check_structure`` has made sure of (Rule.OFFLOAD_NEEDS_NVME)."""
+    if value is None:
+        raise SpecError("cluster", "offload to NVMe needs the cluster's NVMe capacity and bandwidths", Rule.OFFLOAD_NEEDS_NVME)
     return value

@@ -150,6 +150,7 @@ class Evaluation:
     num_micro_batches: int
     profile_origins: dict[str, str] = field(default_factory=dict)
     host_bytes_per_node: float = 0.0  # host memory offloaded states take on one node (solver.cost.offload)
+    nvme_bytes_per_node: float = 0.0  # NVMe offloaded states take on one node (solver.cost.offload)
 
     @property
     def peak_bytes(self) -> float:
@@ -168,6 +169,7 @@ class Evaluation:
                 {"stage": s.stage, "peak_gib": s.peak_bytes / GIB_BYTES} for s in self.stages
             ],
             "host_gib_per_node": self.host_bytes_per_node / GIB_BYTES,
+            "nvme_gbytes_per_node": self.nvme_bytes_per_node / 1e9,
         }
 
     def to_dict(self) -> dict:

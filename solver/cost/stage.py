@@ -35,6 +35,7 @@ from solver.cost.offload import (
     checkpoint_buffer_bytes,
     gpu_model_states,
     host_bytes_per_gpu,
+    nvme_bytes_per_gpu,
     offload_buffer_bytes,
     offloads_activations,
     offloads_params,
@@ -42,7 +43,7 @@ from solver.cost.offload import (
 )
 from solver.cost.profile import LayerProfile
 from solver.cost.result import StageMemory
-from solver.spec.dimensions import Offload
+from solver.spec.dimensions import NvmeOffload, Offload
 from solver.spec.hardware import GpuSpec
 from solver.spec.legality import stage_layer_counts
 from solver.spec.model import ModelSpec
@@ -87,6 +88,7 @@ class StageCost:
     # Partial activation offload: per layer, in execution order, (forward_s, backward_s, bytes sent
     # to the host); empty without it (solver.cost.offload.activation_offload_exposed_s).
     activation_offload: tuple[tuple[float, float, float], ...] = ()
+    nvme_bytes: float = 0.0  # NVMe this GPU's offloaded states take (solver.cost.offload)
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ class StagePolicy:
     activation_offload_layers: int = 0  # the stage's first N layers' activations go to the host
     autocast_weights: bool = False  # fp32 parameters under torch.autocast (TrainingSpec.autocast_weights)
     grad_bucket_copy: bool = False  # DDP's buckets beside the gradients (TrainingSpec.grad_bucket_copy)
+    nvme_offload: NvmeOffload = NvmeOffload.NONE  # what of the offloaded states is on NVMe (ParallelConfig.nvme_offload)
 
     @staticmethod
     def of(gpu: GpuSpec, parallel: ParallelConfig, training: TrainingSpec, num_micro_batches: int) -> "StagePolicy":
@@ -113,7 +116,7 @@ class StagePolicy:
             gpu, parallel.zero_stage, parallel.dp_cp_size, training.optimizer, num_micro_batches,
             Recompute.SELECTIVE if parallel.recompute is Recompute.SELECTIVE else Recompute.NONE,
             parallel.pp_size, parallel.expert_dp_size, training.grad_bytes_per_param, parallel.offload,
-            parallel.activation_offload_layers, training.autocast_weights, training.grad_bucket_copy,
+            parallel.activation_offload_layers, training.autocast_weights, training.grad_bucket_copy, parallel.nvme_offload,
         )
 
     @property
@@ -368,8 +371,12 @@ def stage_cost(
         zero3_gather_buffers=stage_buffer_bytes(largest, params, policy),
     )
     memory = StageMemory(**allocated, reserve=reserve_bytes(sum(allocated.values())))
-    host = host_bytes_per_gpu(held["optimizer_states"], policy.optimizer, policy.offload) + in_flight * (sum(offloaded) + sum(moved))
+    host = host_bytes_per_gpu(held["optimizer_states"], policy.optimizer, policy.offload, policy.nvme_offload) + in_flight * (
+        sum(offloaded) + sum(moved)
+    )
+    nvme = nvme_bytes_per_gpu(held["optimizer_states"], policy.optimizer, policy.offload, policy.nvme_offload)
     activation_offload = tuple((layer.forward_s, layer.backward_s, bytes_) for (layer, _), bytes_ in zip(layers, moved)) if any(moved) else ()
     return StageCost(
-        time, memory, params, largest, in_flight, any(full for _, full in layers), experts, host, sum(offloaded), activation_offload
+        time, memory, params, largest, in_flight, any(full for _, full in layers), experts, host, sum(offloaded), activation_offload,
+        nvme,
     )

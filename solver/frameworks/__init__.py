@@ -29,7 +29,7 @@ __all__ = [
 # The rules a framework itself sets (as opposed to structure, placement or memory).
 FRAMEWORK_RULES = frozenset({
     Rule.ZERO_WITH_PP, Rule.FRAMEWORK_ZERO, Rule.FRAMEWORK_PP, Rule.FRAMEWORK_CP, Rule.FRAMEWORK_EP, Rule.FRAMEWORK_EXPERT_TP,
-    Rule.FRAMEWORK_ACTIVATION_OFFLOAD,
+    Rule.FRAMEWORK_ACTIVATION_OFFLOAD, Rule.FRAMEWORK_NVME,
 })
 
 # The frameworks the planner knows, each with its own rules.

@@ -16,6 +16,13 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from solver.cost.offload import (
+    NVME_OPTIMIZER_SWAP_BUFFERS,
+    NVME_PARAM_BUFFER_ELEMENTS,
+    NVME_PARAM_SWAP_BUFFERS,
+    NVME_SUB_GROUP_ELEMENTS,
+    params_on_nvme,
+)
 from solver.frameworks.export import (
     Argument,
     Difference,
@@ -34,7 +41,7 @@ from solver.frameworks.export import (
     resplit,
     without_activation_offload,
 )
-from solver.spec.dimensions import Offload
+from solver.spec.dimensions import NvmeOffload, Offload
 from solver.spec.legality import offload_zero_stage, uniform_partition
 from solver.spec.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding
 from solver.spec.parallel import ParallelConfig, micro_batch_count
@@ -50,6 +57,10 @@ DEFAULT_BUCKET_ELEMENTS = 500_000_000
 # prefetched, as the cost model counts its buffers (solver.cost.memory.ZERO3_PREFETCHED_LAYERS;
 # a test holds the two equal: solver.cost imports this package, so it cannot be imported here).
 ZERO3_GATHERED_LAYERS = 2
+# Where DeepSpeed keeps what is offloaded to NVMe: a directory on each node's local NVMe volume.
+# DeepSpeed's own example path (config reference, offload_param / offload_optimizer nvme_path);
+# the export cannot know the mount point, so its notes ask the user to set it.
+NVME_PATH_PLACEHOLDER = "/local_nvme"
 
 
 # DeepSpeed's one activation offload (activation_checkpointing.cpu_checkpointing) moves the
@@ -104,18 +115,36 @@ def zero_stage_written(parallel: ParallelConfig) -> int:
     ZeRO-1 or more; at one rank ZeRO-0 and ZeRO-1 are one plan, gradients kept on the GPU)."""
     if parallel.offload is Offload.NONE:
         return int(parallel.zero_stage)
-    return max(int(parallel.zero_stage), int(offload_zero_stage(parallel.offload, parallel.dp_cp_size)), int(ZeroStage.OS))
+    needed = offload_zero_stage(parallel.offload, parallel.dp_cp_size, parallel.nvme_offload)
+    return max(int(parallel.zero_stage), int(needed), int(ZeroStage.OS))
 
 
 def offload_settings(parallel: ParallelConfig) -> dict[str, Any]:
     """ds_config's ``zero_optimization`` offload entries (DeepSpeed's DeepSpeedZeroOffloadOptimizerConfig
     and DeepSpeedZeroOffloadParamConfig): the optimizer states and step to pinned host memory, and
-    with parameter offload the parameters too. NVMe is not planned (solver.cost.offload)."""
+    with parameter offload the parameters too; what the plan keeps on NVMe (``nvme_offload``)
+    goes to ``device: nvme`` under ``nvme_path`` with the swap buffers the cost model counts
+    (``solver.cost.offload``: optimizer ``buffer_count``; parameter ``buffer_count`` x
+    ``buffer_size``, ``max_in_cpu`` 0 so that none stay in host memory)."""
     out: dict[str, Any] = {}
+    nvme = parallel.nvme_offload
     if parallel.offload is not Offload.NONE:
-        out["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        if nvme is NvmeOffload.NONE:
+            out["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        else:
+            out["offload_optimizer"] = {
+                "device": "nvme", "nvme_path": NVME_PATH_PLACEHOLDER, "pin_memory": True, "buffer_count": NVME_OPTIMIZER_SWAP_BUFFERS,
+            }
     if parallel.offload in (Offload.OPTIMIZER_PARAMS, Offload.OPTIMIZER_PARAMS_ACTIVATIONS):
-        out["offload_param"] = {"device": "cpu", "pin_memory": True}
+        if params_on_nvme(nvme):
+            out["offload_param"] = {
+                "device": "nvme", "nvme_path": NVME_PATH_PLACEHOLDER, "pin_memory": True, "buffer_count": NVME_PARAM_SWAP_BUFFERS,
+                "buffer_size": int(NVME_PARAM_BUFFER_ELEMENTS), "max_in_cpu": 0,
+            }
+        else:
+            out["offload_param"] = {"device": "cpu", "pin_memory": True}
+    if nvme is not NvmeOffload.NONE:
+        out["sub_group_size"] = int(NVME_SUB_GROUP_ELEMENTS)  # the optimizer swapper's buffers are one sub-group each
     return out
 
 
@@ -340,7 +369,8 @@ def export(plan: PlanToExport) -> Export:
     header = [
         f"Megatron-DeepSpeed launch for {plan.model.name} on {plan.num_gpus} GPUs ({plan.num_nodes} node(s) x {plan.processes_per_node}):"
         f" dp {parallel.dp_size} x tp {parallel.tp_size} x pp {parallel.pp_size}, ZeRO-{zero_stage_written(parallel)}"
-        + (f", offload {parallel.offload.value} to host memory." if parallel.offload is not Offload.NONE else "."),
+        + (f", offload {parallel.offload.value} to host memory" if parallel.offload is not Offload.NONE else "")
+        + (f", {parallel.nvme_offload.value} on NVMe (set nvme_path in ds_config.json)." if parallel.nvme_offload is not NvmeOffload.NONE else "."),
         "exact: the plan as planned." if not differences else "NOT exact: the nearest configuration DeepSpeed runs; see the differences.",
         "HOSTFILE lists the nodes (one 'host slots=N' line each); ds_config.json sits beside this script;",
         "add data, tokenizer, optimizer and checkpoint arguments in EXTRA_ARGS.",
@@ -353,5 +383,11 @@ def export(plan: PlanToExport) -> Export:
         LaunchFile("ds_config.json", "application/json", config),
         LaunchFile("launch.sh", "text/x-shellscript", script),
     )
-    notes = (f"vocabulary of {plan.model.vocab_size} tokens: pass your tokenizer",)
+    notes: tuple[str, ...] = (f"vocabulary of {plan.model.vocab_size} tokens: pass your tokenizer",)
+    if parallel.nvme_offload is not NvmeOffload.NONE:
+        notes += (
+            f"nvme_path in ds_config.json is a placeholder ({NVME_PATH_PLACEHOLDER}): set it to a directory on each node's"
+            f" local NVMe volume, with room for the {parallel.nvme_offload.value} states the plan keeps there"
+            " (memory.nvme_gbytes_per_node), before launching",
+        )
     return Export(ExportFormat.DEEPSPEED, not differences, parallel, training, differences, files, notes)

@@ -21,6 +21,7 @@ import shlex
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from solver.spec.dimensions import NvmeOffload
 from solver.spec.legality import stage_layer_counts
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig, micro_batch_count
@@ -211,6 +212,21 @@ def without_activation_offload(parallel: ParallelConfig, reason: str) -> tuple[P
         return parallel, ()
     return replace(parallel, activation_offload_layers=0), (
         differs("parallel.activation_offload_layers", parallel.activation_offload_layers, 0, reason),
+    )
+
+
+def without_nvme(parallel: ParallelConfig, framework: str) -> tuple[ParallelConfig, tuple["Difference", ...]]:
+    """For a framework without offload to NVMe (every one but DeepSpeed's ZeRO-3: ``nvme_offload``):
+    the same configuration keeping the offloaded states in host memory, a difference naming
+    ``parallel.nvme_offload``."""
+    if parallel.nvme_offload is NvmeOffload.NONE:
+        return parallel, ()
+    return replace(parallel, nvme_offload=NvmeOffload.NONE), (
+        differs(
+            "parallel.nvme_offload", parallel.nvme_offload.value, NvmeOffload.NONE.value,
+            f"{framework} has no offload to NVMe (DeepSpeed's ZeRO-3 offload_optimizer / offload_param device nvme):"
+            " what the plan keeps on NVMe stays in host memory, which the plan found too small",
+        ),
     )
 
 

@@ -7,6 +7,7 @@ it has no optimizer-state-only sharding (ZeRO-1).
 
 from __future__ import annotations
 
+from solver.spec.dimensions import NvmeOffload
 from solver.spec.parallel import ParallelConfig
 from solver.spec.rules import Rule, Violation
 from solver.spec.training import ZeroStage
@@ -35,4 +36,7 @@ def violations(parallel: ParallelConfig) -> list[Violation]:
         # PyTorch FSDP's own options offload parameters (CPUOffload), not the first N layers'
         # activations on Transformer Engine's schedule (a Megatron-core setting).
         out.append(Violation(Rule.FRAMEWORK_ACTIVATION_OFFLOAD, "fsdp has no offload of the first N layers' activations (Megatron-core's cpu_offloading)"))
+    if parallel.nvme_offload is not NvmeOffload.NONE:
+        # PyTorch FSDP's CPUOffload moves parameters (and their gradients) to host memory only.
+        out.append(Violation(Rule.FRAMEWORK_NVME, f"fsdp offloads to host memory only (CPUOffload); nvme_offload {parallel.nvme_offload.value} must be none"))
     return out

@@ -54,6 +54,7 @@ from solver.frameworks.export import (
     full_recompute_counts,
     recompute_form,
     render_shell,
+    without_nvme,
 )
 from solver.spec.dimensions import Offload
 from solver.spec.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding, Router
@@ -81,8 +82,8 @@ def fsdp_strategy(zero_stage: ZeroStage) -> str | None:
 
 def exact_config(plan: PlanToExport) -> Nearest:
     """The configuration nearest to the plan that Megatron runs exactly, and what differs."""
-    parallel = plan.parallel
-    out: list[Difference] = []
+    parallel, nvme = without_nvme(plan.parallel, "megatron-core")
+    out: list[Difference] = list(nvme)
     if parallel.offload in (Offload.OPTIMIZER_PARAMS, Offload.OPTIMIZER_PARAMS_ACTIVATIONS):
         out.append(differs(
             "parallel.offload", parallel.offload.value, Offload.OPTIMIZER.value,

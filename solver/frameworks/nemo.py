@@ -31,6 +31,7 @@ from solver.frameworks.export import (
     differs,
     recompute_form,
     resplit,
+    without_nvme,
 )
 from solver.frameworks.megatron import exact_recompute, recompute_settings
 from solver.frameworks.megatron import violations as megatron_violations
@@ -69,8 +70,8 @@ def first_last_split(layers: tuple[int, ...]) -> tuple[int | None, int | None] |
 
 def exact_config(plan: PlanToExport) -> Nearest:
     """The configuration nearest to the plan that NeMo runs exactly, and what differs."""
-    parallel = plan.parallel
-    out: list[Difference] = []
+    parallel, nvme = without_nvme(plan.parallel, "NeMo")
+    out: list[Difference] = list(nvme)
     if parallel.offload is not Offload.NONE:
         out.append(differs(
             "parallel.offload", parallel.offload.value, Offload.NONE.value,

@@ -32,6 +32,7 @@ from solver.frameworks.export import (
     full_recompute_counts,
     recompute_form,
     without_activation_offload,
+    without_nvme,
 )
 from solver.spec.dimensions import Offload
 from solver.spec.model import MlpActivation
@@ -86,7 +87,8 @@ def violations(parallel: ParallelConfig) -> list[Violation]:
 def exact_config(plan: PlanToExport) -> Nearest:
     """The configuration nearest to the plan that torchtitan runs exactly, and what differs."""
     parallel, training = plan.parallel, plan.training
-    out: list[Difference] = []
+    parallel, nvme = without_nvme(parallel, "torchtitan (FSDP2's CPUOffloadPolicy)")
+    out: list[Difference] = list(nvme)
     parallel, offload = exact_offload(parallel)
     out += offload
     parallel, dropped = without_activation_offload(

@@ -61,7 +61,7 @@ from solver.search.space import (
     step_lower_bound_s,
 )
 from solver.search.validate import recompute_values, validate
-from solver.spec.dimensions import Offload, config_values
+from solver.spec.dimensions import NvmeOffload, Offload, config_values
 from solver.spec.errors import SpecError, check_in_range
 from solver.spec.hardware import GPU_HOUR_PRICE_USD_RANGE
 from solver.spec.legality import stage_layer_counts, uniform_partition
@@ -445,6 +445,8 @@ def _search_count(run, request, num_gpus, top_k, accept, ceiling, held, seen) ->
                     run.closest.append((evaluation.peak_bytes, parallel, evaluation))
                 elif any(v.rule is Rule.HOST_MEMORY for v in evaluation.violations):
                     run.reject(Rule.HOST_MEMORY)  # offloaded: fits the GPU, not the host
+                elif any(v.rule is Rule.NVME_CAPACITY for v in evaluation.violations):
+                    run.reject(Rule.NVME_CAPACITY)  # on NVMe: fits the GPU and the host, not the drives
                 continue
             if accept is not None and not accept(evaluation):
                 run.reject(Rule.DEADLINE)
@@ -476,10 +478,13 @@ def _search_min_gpus(run: SearchRun, counts: list[int]) -> list[_Held]:
             run.stats.timed_out = True
             break
         plans = search_counts(run, fastest, [num_gpus], request.top_k - len(found), accept=meets, ceiling=deadline_s)
-        if not plans and offload_fallback(run):
-            # Fewer GPUs is the objective: offload where this count has no plan without it.
-            plans = search_counts(run, fastest, [num_gpus], request.top_k - len(found), accept=meets, ceiling=deadline_s)
-            run.offload_modes = (Offload.NONE,)
+        asked = (run.offload_modes, run.nvme_modes)
+        for widen in (offload_fallback, nvme_fallback):
+            # Fewer GPUs is the objective: offload where this count has no plan without it, to
+            # NVMe where it has none with host memory either.
+            if not plans and widen(run):
+                plans = search_counts(run, fastest, [num_gpus], request.top_k - len(found), accept=meets, ceiling=deadline_s)
+        run.offload_modes, run.nvme_modes = asked
         found.extend(replace(h, value=float(h.num_gpus)) for h in plans)
     return found
 
@@ -493,7 +498,29 @@ def offload_fallback(run: SearchRun) -> bool:
         return False
     if time.perf_counter() > run.deadline:
         return False
-    run.offload_modes = (Offload.OPTIMIZER, Offload.OPTIMIZER_PARAMS, Offload.OPTIMIZER_PARAMS_ACTIVATIONS)
+    run.offload_modes = OFFLOADING
+    return True
+
+
+# Every offload mode that takes something off the GPU.
+OFFLOADING = (Offload.OPTIMIZER, Offload.OPTIMIZER_PARAMS, Offload.OPTIMIZER_PARAMS_ACTIVATIONS)
+
+
+def nvme_fallback(run: SearchRun) -> bool:
+    """Turn the run to NVMe (the optimizer states; and the parameters) for a search that found
+    nothing with offload to host memory either, by the same rule: NVMe is slower than host memory
+    (ZeRO-Infinity Sec 4: its bandwidth is a fraction of DRAM's), so it is planned only where
+    host memory cannot hold what must leave the GPU. The offload modes are the request's where it
+    names them, else every mode that offloads. False where the request names its nvme_offload
+    values or the cluster cannot cost NVMe (no NVMe facts)."""
+    request = run.request
+    if "nvme_offload" in request.constraints.allowed or not request.cluster.has_nvme_facts:
+        return False
+    if time.perf_counter() > run.deadline:
+        return False
+    if "offload" not in request.constraints.allowed:
+        run.offload_modes = OFFLOADING
+    run.nvme_modes = (NvmeOffload.OPTIMIZER, NvmeOffload.OPTIMIZER_PARAMS)
     return True
 
 
@@ -505,6 +532,11 @@ def find_plans(request: SearchRequest, profiles: Profiles | None = None) -> tupl
     run = SearchRun(request, SearchStats(), started + request.time_budget_s, shared_profiles=profiles)
     if "offload" in request.constraints.allowed:
         run.offload_modes = tuple(mode for mode in Offload if request.constraints.admits("offload", mode.value))
+    if "nvme_offload" in request.constraints.allowed:
+        # NVMe values named: planned with them, over every offload mode they fit unless those are named too.
+        run.nvme_modes = tuple(mode for mode in NvmeOffload if request.constraints.admits("nvme_offload", mode.value))
+        if "offload" not in request.constraints.allowed:
+            run.offload_modes = tuple(Offload)
     counts = gpu_counts(request)
     if not counts:
         raise SpecError("constraints.num_gpus", "no GPU count fits both the constraint and the cluster")
@@ -512,8 +544,9 @@ def find_plans(request: SearchRequest, profiles: Profiles | None = None) -> tupl
         held = _search_min_gpus(run, counts)
     else:
         held = search_counts(run, request, counts, request.top_k)
-        if not held and offload_fallback(run):
-            held = search_counts(run, request, counts, request.top_k)
+        for widen in (offload_fallback, nvme_fallback):
+            if not held and widen(run):
+                held = search_counts(run, request, counts, request.top_k)
     accepted = []
     for item in held:
         report = validate(request, item.parallel, item.evaluation, item.num_gpus)

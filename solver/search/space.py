@@ -22,9 +22,9 @@ from solver.frameworks import framework_violations
 from solver.partition.problem import PartitionProblem, PartitionSolution, layer_rows
 from solver.search.request import Objective, SearchRequest
 from solver.search.result import SearchStats
-from solver.spec.dimensions import Offload
+from solver.spec.dimensions import NvmeOffload, Offload
 from solver.spec.errors import SpecError
-from solver.spec.legality import check_structure, offload_zero_stage, placement_violations
+from solver.spec.legality import check_structure, nvme_fits_offload, offload_zero_stage, placement_violations
 from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.rules import Rule, Violation
 from solver.spec.training import Recompute, TrainingSpec, ZeroStage
@@ -61,6 +61,7 @@ class Shape:
     offload: Offload = Offload.NONE
     activation_offload_layers: int = 0  # the first N layers' activations in host memory (one stage)
     expert_tp_size: int = 0  # ranks each routed expert is split over; 0: tp_size (ParallelConfig.expert_tp_size None)
+    nvme_offload: NvmeOffload = NvmeOffload.NONE  # what of the offloaded states is on NVMe instead of host memory
 
     @property
     def profile_shape(self) -> ProfileShape:
@@ -83,6 +84,7 @@ class Shape:
                 self.base_recompute, self.virtual_stages, self.sequence_parallel, cp_size=self.cp_size, ep_size=self.ep_size,
                 offload=self.offload, activation_offload_layers=self.activation_offload_layers,
                 expert_tp_size=self.expert_tp_size or None,
+                nvme_offload=self.nvme_offload,
             )
             self.__dict__["_uniform"] = built  # not a field: equality, order and hash ignore it
         return built
@@ -121,6 +123,9 @@ class SearchRun:
     # What the shapes may offload: none, unless the request names offload values; the search
     # widens it where nothing fits without (solver.search.loop.offload_fallback).
     offload_modes: tuple[Offload, ...] = (Offload.NONE,)
+    # What of the offloaded states the shapes may keep on NVMe: none, unless the request names
+    # nvme_offload values; widened where host-memory offload fits nothing (loop.nvme_fallback).
+    nvme_modes: tuple[NvmeOffload, ...] = (NvmeOffload.NONE,)
     # Whether the search may offload activations of its own accord (searches_activation_offload);
     # None: not yet asked.
     activation_offload: bool | None = None
@@ -265,8 +270,8 @@ def shapes(run: SearchRun, num_gpus: int):
                 else:
                     virtual.append(v)
             seq_par = [s for s in (False, True) if admits("sequence_parallel", s) and (tp > 1 or not s)]
-            for offload in offload_options(run, pp):
-                offload_zero = offload_zero_stages(offload, zero_stages, admitted_zero, dp, cp)
+            for offload, nvme in ((o, n) for o in offload_options(run, pp) for n in nvme_options(run, o)):
+                offload_zero = offload_zero_stages(offload, zero_stages, admitted_zero, dp, cp, nvme)
                 for mb, zero, (base, full), v, sp in itertools.product(
                     micro_batches, offload_zero, _recompute_options(request), virtual, seq_par
                 ):
@@ -277,7 +282,7 @@ def shapes(run: SearchRun, num_gpus: int):
                     # (the options then count what they turn down).
                     for layers in no_activation_offload or activation_offload_options(run, pp, base):
                         # Offloading layers' activations runs without recomputation (full: none).
-                        yield _shape(num_gpus, dp, tp, pp, zero, mb, base, full and not layers, v, sp, cp, ep, offload, layers, etp)
+                        yield _shape(num_gpus, dp, tp, pp, zero, mb, base, full and not layers, v, sp, cp, ep, offload, layers, etp, nvme)
 
 
 def searches_activation_offload(run: SearchRun) -> bool:
@@ -314,14 +319,16 @@ def activation_offload_options(run: SearchRun, pp: int, base: Recompute) -> list
     return options
 
 
-def offload_zero_stages(offload: Offload, zero_stages: list[int], admitted: list[int], dp: int, cp: int) -> list[int]:
-    """ZeRO stages to pair with ``offload``: without offload the shape's (``zero_stages``), else
-    those offload runs with (``offload_zero_stage``). At one data-parallel replica, where the
-    stages are otherwise one plan, offload's are two: gradients kept on the GPU (ZeRO-0/1) or
-    streamed to the host (ZeRO-2/3; ``solver.cost.offload.streams_gradients``)."""
+def offload_zero_stages(
+    offload: Offload, zero_stages: list[int], admitted: list[int], dp: int, cp: int, nvme: NvmeOffload = NvmeOffload.NONE
+) -> list[int]:
+    """ZeRO stages to pair with ``offload`` (and ``nvme``): without offload the shape's
+    (``zero_stages``), else those offload runs with (``offload_zero_stage``). At one data-parallel
+    replica, where the stages are otherwise one plan, offload's are two: gradients kept on the GPU
+    (ZeRO-0/1) or streamed to the host (ZeRO-2/3; ``solver.cost.offload.streams_gradients``)."""
     if offload is Offload.NONE:
         return zero_stages
-    needed = int(offload_zero_stage(offload, dp * cp))
+    needed = int(offload_zero_stage(offload, dp * cp, nvme))
     if dp > 1:
         return [z for z in zero_stages if z >= needed]
     kept = [z for z in admitted if needed <= z < int(ZeroStage.OS_G)][:1]
@@ -342,6 +349,21 @@ def offload_options(run: SearchRun, pp: int) -> list[Offload]:
             run.reject(Rule.OFFLOAD_WITH_PP)
         else:
             options.append(mode)
+    return options
+
+
+def nvme_options(run: SearchRun, offload: Offload) -> list[NvmeOffload]:
+    """What of ``offload``'s states a shape may keep on NVMe: the run's NVMe modes that hold only
+    what ``offload`` takes off the GPU (``nvme_fits_offload``: other pairs are not in the space),
+    less those the cluster cannot cost (no NVMe facts)."""
+    options = []
+    for mode in run.nvme_modes:
+        if not nvme_fits_offload(offload, mode):
+            continue
+        if mode is not NvmeOffload.NONE and not run.request.cluster.has_nvme_facts:
+            run.reject(Rule.OFFLOAD_NEEDS_NVME)
+            continue
+        options.append(mode)
     return options
 
 

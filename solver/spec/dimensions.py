@@ -26,6 +26,7 @@ class Kind(str, Enum):
     RECOMPUTE = "recompute"  # none, selective, full
     FLAG = "flag"  # true or false
     OFFLOAD = "offload"  # what lives in host memory: none, optimizer, optimizer+params(+activations)
+    NVME = "nvme"  # which offloaded model states live on NVMe instead: none, optimizer, optimizer+params
     LAYERS = "layers"  # a number of transformer layers, 0 or more
 
 
@@ -45,6 +46,23 @@ class Offload(str, Enum):
     OPTIMIZER = "optimizer"
     OPTIMIZER_PARAMS = "optimizer+params"
     OPTIMIZER_PARAMS_ACTIVATIONS = "optimizer+params+activations"
+
+
+class NvmeOffload(str, Enum):
+    """Which of the offloaded model states (``Offload``) live on the node's NVMe drives instead of
+    its host memory (ZeRO-Infinity, Rajbhandari et al. 2021, arXiv 2104.07857; ``solver.cost.offload``).
+
+    OPTIMIZER: the fp32 master weights, optimizer states and fp32 gradients (DeepSpeed's
+    ``offload_optimizer.device: nvme``); the CPU still steps them, through pinned swap buffers.
+    OPTIMIZER_PARAMS: the 16-bit parameters too (``offload_param.device: nvme``; needs parameter
+    offload). Nested as ``Offload`` is: the optimizer's 16 bytes per parameter go first, the
+    parameters' 2 only with them. Activation checkpoints never go to NVMe (ZeRO-Infinity and
+    DeepSpeed move them to host memory only).
+    """
+
+    NONE = "none"
+    OPTIMIZER = "optimizer"
+    OPTIMIZER_PARAMS = "optimizer+params"
 
 
 @dataclass(frozen=True)
@@ -87,6 +105,8 @@ class Dimension:
             return Recompute(value).value
         if self.kind is Kind.OFFLOAD:
             return Offload(value).value
+        if self.kind is Kind.NVME:
+            return NvmeOffload(value).value
         return value
 
     def constraint_value(self, value: Any, field: str) -> Any:
@@ -105,6 +125,11 @@ class Dimension:
                 return Offload(value).value
             except ValueError:
                 raise SpecError(field, f"expected one of {_OFFLOAD_NAMES}, got {value!r}") from None
+        if self.kind is Kind.NVME:
+            try:
+                return NvmeOffload(value).value
+            except ValueError:
+                raise SpecError(field, f"expected one of {_NVME_NAMES}, got {value!r}") from None
         if isinstance(value, bool) or not isinstance(value, int):
             raise SpecError(field, f"expected an integer, got {value!r}")
         if self.kind is Kind.ZERO and value not in (0, 1, 2, 3):
@@ -128,6 +153,11 @@ class Dimension:
                 return Offload(value)
             except ValueError:
                 raise SpecError(field, f"expected one of {_OFFLOAD_NAMES}") from None
+        if self.kind is Kind.NVME:
+            try:
+                return NvmeOffload(value)
+            except ValueError:
+                raise SpecError(field, f"expected one of {_NVME_NAMES}") from None
         if self.kind is Kind.ZERO:
             if isinstance(value, bool) or value not in (0, 1, 2, 3):
                 raise SpecError(field, f"must be 0, 1, 2 or 3, got {value!r}")
@@ -140,6 +170,7 @@ class Dimension:
 
 
 _OFFLOAD_NAMES = ", ".join(mode.value for mode in Offload)
+_NVME_NAMES = ", ".join(mode.value for mode in NvmeOffload)
 
 DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("dp_size", Kind.COUNT, "data-parallel replicas", relax_rank=5),
@@ -181,6 +212,13 @@ DIMENSIONS: tuple[Dimension, ...] = (
         "transformer layers whose activations go to host memory in forward and come back for backward"
         " (Megatron-core cpu_offloading_num_layers through Transformer Engine's CPU offload: the first N layers,"
         " one pipeline stage, no recomputation); 0: none",
+    ),
+    # Never suggested either: the search turns to NVMe only where host-memory offload fits nothing.
+    Dimension(
+        "nvme_offload", Kind.NVME,
+        "which offloaded model states live on the nodes' NVMe drives instead of host memory (ZeRO-Infinity, DeepSpeed"
+        " ZeRO-3): none; optimizer (fp32 optimizer states and gradients, offload_optimizer.device nvme);"
+        " optimizer+params (the 16-bit parameters too, offload_param.device nvme)",
     ),
 )
 NUM_GPUS = Dimension("num_gpus", Kind.COUNT, "GPUs used (dp x tp x pp x cp)", of_config=False)

@@ -30,6 +30,7 @@ EXP_PER_S_RANGE = (1e9, 1e15)  # SFU exponentials per second: 10^9 to 10^15
 OVERLAP_SLOWDOWN_RANGE = (0.0, 10.0)  # compute beside a collective: as fast as alone to 11x slower
 GPU_HOUR_PRICE_USD_RANGE = (0.0, 1e6)  # beyond it a cost is no longer meaningful (and may overflow)
 HOST_MEMORY_BYTES_RANGE = (2**20, 2**60)  # 1 MiB to 1 EiB of host memory per node
+NVME_BYTES_RANGE = (2**20, 2**60)  # 1 MiB to 1 EiB of NVMe drives per node
 
 # --- GPU defaults -------------------------------------------------------------------------------
 # Streaming multiprocessors: the A100's 108 (NVIDIA A100 Tensor Core GPU Architecture whitepaper).
@@ -185,6 +186,15 @@ class ClusterSpec:
     host_memory_bytes: float | None = None  # host (CPU) memory per node
     pcie_bytes_per_s: float | None = None  # host <-> GPU link per GPU, one direction (nominal)
     host_memory_bytes_per_s: float | None = None  # the node's CPU memory bandwidth (all sockets)
+    # NVMe facts for offload to NVMe (ZeRO-Infinity, solver.cost.offload), None where unknown: a
+    # cluster without all three cannot keep offloaded states on NVMe (Rule.OFFLOAD_NEEDS_NVME).
+    # Per node: the capacity of the drives offload writes to, and their sequential read and
+    # write bandwidth as the node reaches them (every drive together, e.g. one RAID-0 volume,
+    # measured as fio, DeepSpeed's ds_io or ds_nvme_tune measure it: drive sheets' peaks are not
+    # reached through the file system; no efficiency is applied to these).
+    nvme_bytes: float | None = None
+    nvme_read_bytes_per_s: float | None = None
+    nvme_write_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.nvlink_domain_gpus is None:
@@ -209,9 +219,11 @@ class ClusterSpec:
             check_in_range("cluster.gpu_hour_price_usd", self.gpu_hour_price_usd, *GPU_HOUR_PRICE_USD_RANGE, "USD")
         if self.host_memory_bytes is not None:
             check_in_range("cluster.host_memory_bytes", self.host_memory_bytes, *HOST_MEMORY_BYTES_RANGE, "bytes")
-        for name in ("pcie_bytes_per_s", "host_memory_bytes_per_s"):
+        for name in ("pcie_bytes_per_s", "host_memory_bytes_per_s", "nvme_read_bytes_per_s", "nvme_write_bytes_per_s"):
             if getattr(self, name) is not None:
                 check_in_range(f"cluster.{name}", getattr(self, name), *LINK_BYTES_PER_S_RANGE, "bytes/s")
+        if self.nvme_bytes is not None:
+            check_in_range("cluster.nvme_bytes", self.nvme_bytes, *NVME_BYTES_RANGE, "bytes")
 
     @property
     def num_gpus(self) -> int:
@@ -221,6 +233,12 @@ class ClusterSpec:
     def has_host_facts(self) -> bool:
         """Whether offload can be costed: host memory, PCIe and host memory bandwidth are given."""
         return None not in (self.host_memory_bytes, self.pcie_bytes_per_s, self.host_memory_bytes_per_s)
+
+    @property
+    def has_nvme_facts(self) -> bool:
+        """Whether offload to NVMe can be costed: the host facts, and NVMe capacity, read and write
+        bandwidth (the CPU still steps the optimizer and PCIe still carries the copies)."""
+        return self.has_host_facts and None not in (self.nvme_bytes, self.nvme_read_bytes_per_s, self.nvme_write_bytes_per_s)
 
     @property
     def domain_gpus(self) -> int:

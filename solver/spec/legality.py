@@ -8,7 +8,7 @@ reported as violations and the optimizer never returns them.
 
 from __future__ import annotations
 
-from solver.spec.dimensions import Offload
+from solver.spec.dimensions import NvmeOffload, Offload
 from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
 from solver.spec.model import ModelSpec
@@ -145,25 +145,45 @@ def _check_context_parallel(training: TrainingSpec, parallel: ParallelConfig) ->
         )
 
 
-def offload_zero_stage(offload: Offload, dp_cp_size: int) -> ZeroStage:
+def offload_zero_stage(offload: Offload, dp_cp_size: int, nvme: NvmeOffload = NvmeOffload.NONE) -> ZeroStage:
     """The lowest ZeRO stage offload runs with over ``dp_cp_size`` ranks that hold the same
     parameters: parameter offload is ZeRO-3's (ZeRO-Infinity; DeepSpeed takes offload_param only
-    with stage 3); optimizer offload steps each rank's shard of the optimizer states, so it needs
-    ZeRO-1 or more where there are several ranks (ZeRO-Offload Sec 4.2 partitions as ZeRO-2;
-    Megatron-core offloads its distributed optimizer's, ZeRO-1's, shard)."""
-    if offload in (Offload.OPTIMIZER_PARAMS, Offload.OPTIMIZER_PARAMS_ACTIVATIONS):
+    with stage 3), and so is anything on NVMe (DeepSpeed's config reference: "NVMe offloading is
+    available only with ZeRO stage 3"; its stage-3 optimizer alone builds the NVMe swappers);
+    optimizer offload steps each rank's shard of the optimizer states, so it needs ZeRO-1 or more
+    where there are several ranks (ZeRO-Offload Sec 4.2 partitions as ZeRO-2; Megatron-core
+    offloads its distributed optimizer's, ZeRO-1's, shard)."""
+    if offload in (Offload.OPTIMIZER_PARAMS, Offload.OPTIMIZER_PARAMS_ACTIVATIONS) or nvme is not NvmeOffload.NONE:
         return ZeroStage.OS_G_P
     if offload is Offload.OPTIMIZER and dp_cp_size > 1:
         return ZeroStage.OS
     return ZeroStage.NONE
 
 
+def nvme_fits_offload(offload: Offload, nvme: NvmeOffload) -> bool:
+    """Whether ``nvme`` names only states ``offload`` takes off the GPU: the optimizer's need
+    offload, the parameters' parameter offload (DeepSpeed's offload_param)."""
+    if nvme is NvmeOffload.NONE:
+        return True
+    if nvme is NvmeOffload.OPTIMIZER:
+        return offload is not Offload.NONE
+    return offload in (Offload.OPTIMIZER_PARAMS, Offload.OPTIMIZER_PARAMS_ACTIVATIONS)
+
+
 def _check_offload(cluster: ClusterSpec, parallel: ParallelConfig) -> None:
     """Offload's structural rules (nothing to check without offload). The host's memory, PCIe and
-    memory bandwidth must be known to cost it. ZeRO-Offload and ZeRO-Infinity are described and
-    costed here for data and tensor parallelism (solver.cost.offload), not under a pipeline. The
-    ZeRO stage must be one offload runs with (``offload_zero_stage``)."""
-    offload = parallel.offload
+    memory bandwidth must be known to cost it, and for NVMe the drives' capacity and bandwidth.
+    ZeRO-Offload and ZeRO-Infinity are described and costed here for data and tensor parallelism
+    (solver.cost.offload), not under a pipeline. NVMe holds only what is offloaded
+    (``nvme_fits_offload``). The ZeRO stage must be one offload runs with (``offload_zero_stage``)."""
+    offload, nvme = parallel.offload, parallel.nvme_offload
+    if not nvme_fits_offload(offload, nvme):
+        raise SpecError(
+            "parallel.nvme_offload",
+            f"nvme_offload {nvme.value} keeps on NVMe what offload {offload.value} leaves on the GPU:"
+            " the optimizer needs offload, the parameters optimizer+params",
+            Rule.NVME_OFFLOAD_MODE,
+        )
     if offload is Offload.NONE:
         return
     if not cluster.has_host_facts:
@@ -173,13 +193,21 @@ def _check_offload(cluster: ClusterSpec, parallel: ParallelConfig) -> None:
             f" {cluster.name} does not give them",
             Rule.OFFLOAD_NEEDS_HOST,
         )
+    if nvme is not NvmeOffload.NONE and not cluster.has_nvme_facts:
+        raise SpecError(
+            "parallel.nvme_offload",
+            f"nvme_offload {nvme.value} needs the cluster's nvme_gbytes, nvme_read_gbytes_per_s and nvme_write_gbytes_per_s;"
+            f" {cluster.name} does not give them all",
+            Rule.OFFLOAD_NEEDS_NVME,
+        )
     if parallel.pp_size > 1:
         raise SpecError("parallel.offload", f"offload {offload.value} is planned with pp_size 1, got {parallel.pp_size}", Rule.OFFLOAD_WITH_PP)
-    needed = offload_zero_stage(offload, parallel.dp_cp_size)
+    needed = offload_zero_stage(offload, parallel.dp_cp_size, nvme)
     if parallel.zero_stage < needed:
+        on_nvme = f" with nvme_offload {nvme.value}" if nvme is not NvmeOffload.NONE else ""
         raise SpecError(
             "parallel.zero_stage",
-            f"offload {offload.value} over {parallel.dp_cp_size} data-parallel rank(s) needs ZeRO stage {int(needed)} or more,"
+            f"offload {offload.value}{on_nvme} over {parallel.dp_cp_size} data-parallel rank(s) needs ZeRO stage {int(needed)} or more,"
             f" got {int(parallel.zero_stage)}",
             Rule.OFFLOAD_NEEDS_ZERO,
         )

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from solver.spec.dimensions import DIMENSIONS, Kind, Offload
+from solver.spec.dimensions import DIMENSIONS, Kind, NvmeOffload, Offload
 from solver.spec.errors import SpecError, check_positive_int
 from solver.spec.training import Recompute, ZeroStage
 
@@ -42,6 +42,7 @@ class ParallelConfig:
     # Ranks each routed expert's GEMMs are split over (``etp_size``); None: tp_size, Megatron-core's
     # default. Held as None whenever it equals tp_size, so that equal configurations compare equal.
     expert_tp_size: int | None = None
+    nvme_offload: NvmeOffload = NvmeOffload.NONE  # offloaded model states kept on NVMe instead (solver.cost.offload)
 
     def __post_init__(self) -> None:
         # The search builds thousands of these: each check is skipped where the value already
@@ -68,6 +69,8 @@ class ParallelConfig:
             object.__setattr__(self, "offload", Offload(self.offload))
         if self.expert_tp_size == self.tp_size:
             object.__setattr__(self, "expert_tp_size", None)
+        if type(self.nvme_offload) is not NvmeOffload:
+            object.__setattr__(self, "nvme_offload", NvmeOffload(self.nvme_offload))
         for name in PER_CHUNK_FIELDS:
             values = getattr(self, name)
             if values is not None:

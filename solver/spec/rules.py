@@ -37,6 +37,8 @@ class Rule(str, Enum):
     OFFLOAD_NEEDS_HOST = "offload_needs_host"
     OFFLOAD_WITH_PP = "offload_with_pp"
     OFFLOAD_NEEDS_ZERO = "offload_needs_zero"
+    OFFLOAD_NEEDS_NVME = "offload_needs_nvme"
+    NVME_OFFLOAD_MODE = "nvme_offload_mode"
     ACTIVATION_OFFLOAD_LAYERS = "activation_offload_layers"
     # Policy: costed, but a framework cannot run it or the request forbids it.
     TP_WITHIN_NODE = "tp_within_node"
@@ -47,10 +49,12 @@ class Rule(str, Enum):
     FRAMEWORK_EP = "framework_ep"
     FRAMEWORK_EXPERT_TP = "framework_expert_tp"
     FRAMEWORK_ACTIVATION_OFFLOAD = "framework_activation_offload"
+    FRAMEWORK_NVME = "framework_nvme"
     FRAMEWORK_EXACT = "framework_exact"  # the request's framework runs it exactly only with other training settings or values
     # Fit and objective.
     MEMORY = "memory"
     HOST_MEMORY = "host_memory"
+    NVME_CAPACITY = "nvme_capacity"
     DEADLINE = "deadline"
     # Search bookkeeping: nothing left after the request's own constraints; the validator
     # disagreeing with the search (never expected).
@@ -74,7 +78,13 @@ _SUMMARIES = {
     Rule.HOST_MEMORY: "what is offloaded does not fit in the nodes' host memory",
     Rule.OFFLOAD_NEEDS_HOST: "offload needs the cluster's host memory, PCIe and host memory bandwidth",
     Rule.OFFLOAD_WITH_PP: "offload is planned without pipeline parallelism (pp_size 1)",
-    Rule.OFFLOAD_NEEDS_ZERO: "offload steps each rank's ZeRO shard: stage 1 or more for the optimizer over several ranks, 3 for parameters",
+    Rule.OFFLOAD_NEEDS_ZERO: (
+        "offload steps each rank's ZeRO shard: stage 1 or more for the optimizer over several ranks, 3 for parameters"
+        " and for anything on NVMe"
+    ),
+    Rule.OFFLOAD_NEEDS_NVME: "offload to NVMe needs the cluster's NVMe capacity and read and write bandwidth (and its host facts)",
+    Rule.NVME_OFFLOAD_MODE: "NVMe holds only what is offloaded: the optimizer needs offload, the parameters parameter offload",
+    Rule.NVME_CAPACITY: "what is offloaded to NVMe does not fit on the nodes' NVMe drives",
     Rule.ACTIVATION_OFFLOAD_LAYERS: (
         "activation offload (Megatron-core cpu_offloading) runs on one pipeline stage, without recomputation,"
         " for fewer layers than the model has, and beside model-state offload only as the optimizer's at ZeRO-0/1"
@@ -85,6 +95,7 @@ _SUMMARIES = {
     Rule.FRAMEWORK_PP: "the framework has no pipeline parallelism",
     Rule.FRAMEWORK_ACTIVATION_OFFLOAD: "the framework has no partial activation offload (Megatron-core's cpu_offloading_num_layers)",
     Rule.FRAMEWORK_CP: "the framework has no context parallelism",
+    Rule.FRAMEWORK_NVME: "the framework has no offload to NVMe (DeepSpeed's ZeRO-3 alone has it)",
     Rule.FRAMEWORK_EP: "the framework has no expert parallelism",
     Rule.FRAMEWORK_EXPERT_TP: "the framework cannot split the experts over that expert_tp_size",
     Rule.FRAMEWORK_EXACT: "the framework cannot run the plan exactly as planned (its launch config would differ)",
