@@ -36,7 +36,7 @@ from solver.cost.offload import (
 )
 from solver.frameworks import ExportFormat, PlanToExport, export_plan, framework_violations
 from solver.search.loop import search
-from solver.search.request import Constraints, SearchRequest
+from solver.search.request import Constraints, Objective, SearchRequest
 from solver.spec.dimensions import NvmeOffload, Offload
 from solver.spec.errors import SpecError
 from solver.spec.model import ModelSpec
@@ -248,6 +248,16 @@ def test_search_keeps_nvme_for_what_fits_nowhere_else():
     asked = search(SearchRequest(model, _cramped(host_gib=512), TRAINING, num_gpus=1,
                                  constraints=Constraints.parse({"nvme_offload": "optimizer+params"})))
     assert asked.status == "succeeded" and asked.best.parallel.nvme_offload is NvmeOffload.OPTIMIZER_PARAMS
+
+
+def test_min_gpus_turns_to_nvme_to_use_fewer_gpus():
+    # Two 16 GiB GPUs hold 1.3B's states sharded (ZeRO-3); one holds them only with them on NVMe.
+    training = replace(TRAINING, train_tokens=32 * 1024 * 100)
+    request = SearchRequest(catalog.get_model("gpt3-1.3b"), _cramped(), training, objective=Objective.MIN_GPUS, deadline_s=1e7)
+    result = search(request)
+    assert result.best.parallel.num_gpus == 1 and result.best.parallel.nvme_offload is not NvmeOffload.NONE
+    two = search(replace(request, objective=Objective.MAX_THROUGHPUT, num_gpus=2, deadline_s=None))
+    assert two.status == "succeeded" and two.best.parallel.offload is Offload.NONE
 
 
 def test_search_plans_a_trillion_parameters_on_one_dgx2_on_nvme():
