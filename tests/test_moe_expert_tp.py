@@ -242,10 +242,12 @@ def test_nemo_export_names_the_expert_tp_size_its_gpt_config_cannot_set():
 # --------------------------------------------------------------------------- search
 
 
-def test_the_search_considers_etp_1_and_tp_for_moe_models_only():
+def test_the_search_keeps_etp_at_tp_unless_the_request_names_other_sizes():
     moe = SearchRequest(MIXTRAL, H800, TrainingSpec(global_batch_size=64, seq_length=4096), num_gpus=16)
-    assert expert_tp_sizes(moe, 2, 16) == [0, 1]  # 0: tp
+    assert expert_tp_sizes(moe, 2, 16) == [0]  # 0: tp
     assert expert_tp_sizes(moe, 1, 16) == [0]
+    both = dataclasses.replace(moe, constraints=Constraints.parse({"expert_tp_size": [1, 2]}))
+    assert expert_tp_sizes(both, 2, 16) == [1, 0] and expert_tp_sizes(both, 4, 16) == [1, 2]
     dense = dataclasses.replace(moe, model=catalog.get_model("llama2-7b"))
     assert expert_tp_sizes(dense, 4, 16) == [0]
     pinned = dataclasses.replace(moe, constraints=Constraints.parse({"expert_tp_size": 1}))

@@ -43,14 +43,18 @@ def _compositions(total: int, parts: int):
         yield tuple(bounds[i + 1] - bounds[i] for i in range(parts))
 
 
-def _expert_layouts(model: ModelSpec, tp: int, dp: int) -> list[tuple[int, int | None]]:
+def _expert_layouts(request: SearchRequest, tp: int, dp: int) -> list[tuple[int, int | None]]:
     """(ep, expert_tp_size) pairs of the search space: none for a dense model; for an MoE model
-    the experts split over tp or not at all (etp 1), and every ep of the expert count that the
-    tp x dp ranks of a stage carry at that etp."""
+    the experts split over tp, or over each size an expert_tp_size constraint admits among the
+    divisors of a stage's tp x dp ranks, and every ep of the expert count those ranks carry at
+    that etp."""
+    model, c = request.model, request.constraints
     if not model.is_moe:
         return [(1, None)]
-    return [(ep, etp) for etp in sorted({tp, 1}) for ep in range(1, tp * dp // etp + 1)
-            if (tp * dp // etp) % ep == 0 and model.num_experts % ep == 0]
+    ranks = tp * dp
+    etps = [e for e in range(1, ranks + 1) if ranks % e == 0 and c.admits("expert_tp_size", e)] if "expert_tp_size" in c.allowed else [tp]
+    return [(ep, etp) for etp in etps for ep in range(1, ranks // etp + 1)
+            if (ranks // etp) % ep == 0 and model.num_experts % ep == 0]
 
 
 def brute_force(request: SearchRequest) -> tuple[float, ParallelConfig, int] | None:
@@ -66,7 +70,7 @@ def brute_force(request: SearchRequest) -> tuple[float, ParallelConfig, int] | N
                 continue
             dp = num_gpus // (tp * pp)
             for zero, mb, v, sp, (ep, etp) in itertools.product(
-                range(4), (1, 2, 4, 8, 16), (1, 2, 4), (False, True), _expert_layouts(model, tp, dp)
+                range(4), (1, 2, 4, 8, 16), (1, 2, 4), (False, True), _expert_layouts(request, tp, dp)
             ):
                 if (sp and tp == 1) or (v > 1 and (pp == 1 or model.num_layers % (pp * v))):
                     continue
@@ -450,11 +454,13 @@ def test_a_search_that_overran_its_budget_says_so(monkeypatch):
 
 @pytest.mark.parametrize("memory_gib", [3.0, 2.0])
 def test_moe_search_with_expert_and_expert_tensor_parallelism_equals_brute_force(memory_gib):
-    """A small MoE model on 4 GPUs: every ep and expert_tp_size (tp or 1) the search considers,
+    """A small MoE model on 4 GPUs: every ep and expert_tp_size (1 or 2, as the request asks) the search considers,
     against the same space through the evaluator (micro-batches, ZeRO stages and interleaving
     pinned to keep the brute force short). At 2 GiB the best plan is tp 2 with ep 4 over dp 2,
     which only expert_tp_size 1 makes legal."""
-    constraints = Constraints.parse({"micro_batch_size": [1, 2], "zero_stage": [0, 1], "virtual_stages": 1})
+    constraints = Constraints.parse(
+        {"micro_batch_size": [1, 2], "zero_stage": [0, 1], "virtual_stages": 1, "expert_tp_size": [1, 2]}
+    )
     request = SearchRequest(TINY_MOE, tiny_cluster(memory_gib), TRAINING, num_gpus=4, constraints=constraints)
     truth = brute_force(request)
     result = search(request)
