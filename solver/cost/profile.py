@@ -9,7 +9,7 @@ ONE GPU of a tensor-parallel group of ``tp_size``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from functools import cached_property
 from typing import Any, Protocol
@@ -112,6 +112,15 @@ class ProfileShape:
     ep_size: int = 1
     expert_tp_size: int | None = None
 
+    def __hash__(self) -> int:
+        """The dataclass's hash (of the fields in order), worked out once per instance: the search
+        keys its caches by profile shape."""
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = hash(tuple(getattr(self, name) for name in _PROFILE_SHAPE_FIELDS))
+            self.__dict__["_hash"] = found  # not a field: equality and repr ignore it
+        return found
+
     @staticmethod
     def of(parallel: Any) -> "ProfileShape":
         """The profile shape of a ``ParallelConfig`` (or anything with these fields)."""
@@ -119,6 +128,9 @@ class ProfileShape:
             parallel.tp_size, parallel.micro_batch_size, parallel.sequence_parallel, parallel.cp_size, parallel.ep_size,
             parallel.expert_tp_size,
         )
+
+
+_PROFILE_SHAPE_FIELDS = tuple(f.name for f in fields(ProfileShape))
 
 
 class LayerChain(Protocol):

@@ -284,8 +284,10 @@ def partition_problem(
     # A middle stage holds neither the embedding nor the head: its extras are one launch and its
     # fixed memory the gather buffers, whatever its in-flight count. Worked out once.
     terms = [stage_terms(0)]
+    if pp > 2:
+        terms += [stage_terms(1)] * (pp - 2)
     if pp > 1:
-        terms += [stage_terms(1)] * (pp - 2) + [stage_terms(pp - 1)]
+        terms.append(stage_terms(pp - 1))
     extra_time, extra_state, budget, stage_working = (list(column) for column in zip(*terms))
 
     first = params[0] if params else 0
