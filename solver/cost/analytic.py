@@ -814,6 +814,11 @@ def _recompute_modules(training: TrainingSpec) -> tuple[RecomputeModule, ...]:
     return training.recompute_modules if training.selective_recompute is SelectiveRecompute.ATTENTION else ()
 
 
+# ``moe_mlp_cost`` reads the tokens, not how sequence parallelism splits the norms: shapes that
+# differ only in SP (or in micro-batch and cp with the same tokens) share it.
+_moe_mlp_cost = lru_cache(maxsize=4096)(moe_mlp_cost)
+
+
 @lru_cache(maxsize=64)
 def _moe_layer_flags(model: ModelSpec) -> tuple[bool, ...]:
     """``model.is_moe_layer(i)`` for every transformer layer."""
@@ -836,7 +841,7 @@ def analytic_layers(
     tokens = shape.micro_batch_size * seq // shape.cp_size
     moe_layer = layer
     if model.is_moe:
-        cost = moe_mlp_cost(
+        cost = _moe_mlp_cost(
             model, cluster, training.precision, tokens, shape.tp_size, shape.ep_size, _saved_input_bytes(training), training.expert_gemms,
             shape.expert_tp_size,
         )
@@ -853,7 +858,7 @@ def analytic_layers(
 
 def clear_caches() -> None:
     """Empty the analytic model's caches (a benchmark's cold start)."""
-    for cached in (analytic_profile, analytic_layers, _dense_layers, _moe_layer_flags):
+    for cached in (analytic_profile, analytic_layers, _dense_layers, _moe_mlp_cost, _moe_layer_flags):
         cached.cache_clear()
 
 

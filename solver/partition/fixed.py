@@ -120,6 +120,18 @@ def _least_total(problem: PartitionProblem, stage: int, chunks: list[tuple[int, 
     def fits(total: int) -> bool:
         return _recomputing(problem, stage, chunks, sums, total)[1][1] <= budget
 
+    if len(chunks) == 1 and not problem.identical_layers:
+        # One chunk (no interleaving): ``stage_cost``'s memory alone, with the same integer sums.
+        (first, count), = chunks
+        end = first + count
+        in_flight, working_kib = problem.in_flight[stage], problem.stage_working_kib[stage]
+        layers_state = sums.state[end] - sums.state[first]
+
+        def fits(total: int) -> bool:
+            split = first + min(total, count)
+            kept = sums.checkpoint[split] - sums.checkpoint[first] + sums.kept[end] - sums.kept[split]
+            return stage_memory_kib(in_flight, kept, layers_state, working_kib if split > first else 0) <= budget
+
     totals = range(held + 1 if problem.allow_recompute else 1)
     if not shrinks or len(totals) <= 2 or fits(0):
         return next((total for total in totals if fits(total)), None)
