@@ -145,6 +145,16 @@ def least_recompute(without_kib: Any, working_kib: Any, budget_kib: Any, saving_
     return np.maximum(1, np.ceil((without_kib + working_kib - budget_kib) / np.maximum(saving_kib, 1e-30) - 1e-9))
 
 
+def bottleneck_lower_bound_ns(problem: PartitionProblem) -> int:
+    """No partition of ``problem`` (one chunk per stage, each stage at least one layer) has a
+    slowest stage faster than this: at least the average stage (every layer and extra, no
+    recomputation, over the stages), and at least any stage's extras with the fastest layer."""
+    p = problem.num_stages
+    average = -(-(sum(problem.layer_time_ns) + sum(problem.stage_extra_time_ns)) // p)  # ceil, in integers
+    fastest = min(problem.layer_time_ns, default=0)
+    return max(average, max(problem.stage_extra_time_ns, default=0) + fastest)
+
+
 def rounding_slack_ns(num_layers: int) -> int:
     """How much a stage's integer time can exceed what the evaluator adds up in floats: every
     layer's time, gradient accumulation and recompute are each rounded up to a whole ns (3 per

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from solver.cost.price import gpu_time_cost_usd
@@ -40,6 +41,7 @@ from solver.partition.problem import (
     PartitionSolution,
     SolveStatus,
     allocatable_bytes,
+    bottleneck_lower_bound_ns,
     partition_problem,
     stage_memory_kib,
     stage_time_lower_bound_s,
@@ -140,7 +142,7 @@ def _usable_bytes(request: SearchRequest) -> float:
 _FIXED = PartitionMethod.FIXED.value
 
 
-def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
+def _plan(run: SearchRun, shape: Shape, loses: Callable[[float], bool] | None = None) -> list[tuple[ParallelConfig, float]]:
     """Configurations to evaluate for this shape, each with a lower bound on its step time from
     its exact bottleneck stage: the optimal partition with per-stage recompute (one chunk per
     stage) and the uniform partition with the least recompute per stage, where they fit."""
@@ -157,7 +159,15 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
     problem = partition_problem(prof, uniform, training, m, usable, shape.full_recompute, request.cluster.gpu, rows)
     solutions: list[PartitionSolution] = []
     even = uniform_partition(request.model.num_layers, uniform.num_chunks)
-    fixed, best = _partitions(run, problem, even)
+    slots = pipeline_slots(shape.pp_size, shape.virtual_stages, m)
+    comm_s = run.profiles.pipeline_comm_s(shape, m)
+    layers = request.model.num_layers
+
+    def optimum_loses(bottleneck_ns: int) -> bool:
+        """Whether a plan whose slowest stage takes at least ``bottleneck_ns`` loses already."""
+        return loses is not None and loses(slots * stage_time_lower_bound_s(bottleneck_ns, layers) + comm_s)
+
+    fixed, best = _partitions(run, problem, even, optimum_loses)
     methods = run.stats.partition_methods
     methods[_FIXED] = methods.get(_FIXED, 0) + 1
     if fixed is not None:
@@ -174,9 +184,6 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
                 solutions.append(best)
     none_admitted = request.constraints.admits("recompute", Recompute.NONE.value)
     # The schedule runs its slots of the slowest stage; p2p and the DP tail come on top.
-    slots = pipeline_slots(shape.pp_size, shape.virtual_stages, m)
-    comm_s = run.profiles.pipeline_comm_s(shape, m)
-    layers = request.model.num_layers
     planned = [
         (_to_parallel(shape, s, even, none_admitted), slots * stage_time_lower_bound_s(s.stage_time_ns, layers) + comm_s)
         for s in solutions
@@ -193,7 +200,7 @@ def _plan(run: SearchRun, shape: Shape) -> list[tuple[ParallelConfig, float]]:
 
 
 def _partitions(
-    run: SearchRun, problem: PartitionProblem, even: tuple[int, ...]
+    run: SearchRun, problem: PartitionProblem, even: tuple[int, ...], optimum_loses: Callable[[int], bool] | None = None,
 ) -> tuple[PartitionSolution | None, PartitionSolution | None]:
     """The even partition with the least recompute per stage (``even``: the uniform layer counts
     of ``problem``'s chunks), and the optimal partition of a pipeline of one chunk per stage
@@ -203,9 +210,17 @@ def _partitions(
     known = run.partitions.get(problem)
     if known is not None:
         return known
-    fixed = fixed_partition(problem, even)
+    if problem in run.even_partitions:
+        fixed = run.even_partitions[problem]
+    else:
+        fixed = run.even_partitions[problem] = fixed_partition(problem, even)
     best = None
     if problem.virtual_stages == 1 and problem.num_stages > 1:
+        if (
+            fixed is not None and optimum_loses is not None and not problem.identical_layers and not uses_cpsat(problem)
+            and optimum_loses(bottleneck_lower_bound_ns(problem))
+        ):
+            return fixed, None  # the optimum's plan would lose: not solved (nor kept: another shape may need it)
         best = solve(problem, max(0.5, run.deadline - time.perf_counter()), fixed.stage_time_ns if fixed else None)
     if not uses_cpsat(problem):
         run.partitions[problem] = (fixed, best)
@@ -412,6 +427,12 @@ def _search_count(run, request, num_gpus, top_k, accept, ceiling, held, seen) ->
     def beaten(bound: float) -> bool:
         return bound > ceiling or (len(held) >= top_k and bound >= held[-1].key[0])
 
+    # A plan the search returns as planned (no framework replaces it) loses where its step time's
+    # lower bound does: _plan then skips solving for a partition whose plan would be pruned.
+    loses = None
+    if framework_format(request.constraints.framework) is None:
+        loses = lambda step_bound_s: beaten(_objective_value(request, step_bound_s, num_gpus))  # noqa: E731
+
     for index, (bound, shape) in enumerate(bounded):
         if beaten(bound):
             stats.configurations_pruned += len(bounded) - index
@@ -420,7 +441,7 @@ def _search_count(run, request, num_gpus, top_k, accept, ceiling, held, seen) ->
             stats.timed_out = True
             stats.configurations_pruned += len(bounded) - index
             return
-        plans = _plan(run, shape)
+        plans = _plan(run, shape, loses)
         if not plans:
             run.reject(Rule.MEMORY)  # no partition fits, even recomputing every layer it may
         for planned, step_bound_s in plans:

@@ -42,6 +42,11 @@ CP_MIN_SEQ_LENGTH = 8192
 CP_MIN_TOKENS_PER_RANK = 2048
 
 
+# One ProfileShape object per value (an intern table, not a cache of results): the search's
+# caches are keyed by profile shape, and a dict finds the very key object without comparing fields.
+_PROFILE_SHAPES: dict[tuple, ProfileShape] = {}
+
+
 @dataclass(frozen=True, order=True)
 class Shape:
     """One point of the outer enumeration; the partition is planned per shape."""
@@ -68,9 +73,10 @@ class Shape:
         """What of the shape its per-layer profile depends on (built once per shape, as ``uniform``)."""
         built = self.__dict__.get("_profile_shape")
         if built is None:
-            built = ProfileShape(
-                self.tp_size, self.micro_batch_size, self.sequence_parallel, self.cp_size, self.ep_size, self.expert_tp_size or None
-            )
+            values = (self.tp_size, self.micro_batch_size, self.sequence_parallel, self.cp_size, self.ep_size, self.expert_tp_size or None)
+            built = _PROFILE_SHAPES.get(values)
+            if built is None:
+                built = _PROFILE_SHAPES[values] = ProfileShape(*values)
             self.__dict__["_profile_shape"] = built  # not a field: equality, order and hash ignore it
         return built
 
@@ -120,6 +126,8 @@ class SearchRun:
     selective_dominated: dict[tuple, bool] = field(default_factory=dict)  # dominated_selective by what it reads of a shape
     # partition problem -> (even partition, optimal partition): solved once (solver.search.loop._partitions)
     partitions: dict[PartitionProblem, tuple[PartitionSolution | None, PartitionSolution | None]] = field(default_factory=dict)
+    # partition problem -> its even partition, kept where the optimal one was not solved (its plan would lose)
+    even_partitions: dict[PartitionProblem, PartitionSolution | None] = field(default_factory=dict)
     # What the shapes may offload: none, unless the request names offload values; the search
     # widens it where nothing fits without (solver.search.loop.offload_fallback).
     offload_modes: tuple[Offload, ...] = (Offload.NONE,)
