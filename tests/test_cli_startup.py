@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -31,6 +33,11 @@ EVALUATION = {
 }
 # Search statistics that measure this run, not the plan.
 TIMINGS = {"wall_time_s", "cpu_time_s"}
+# What a plan without a database never needs (each costs start-up time).
+HEAVY_MODULES = (
+    "alembic", "sqlalchemy", "fastapi", "starlette", "uvicorn", "psycopg", "procrastinate", "prometheus_client",
+    "multiprocessing", "profiler.cli", "torch",
+)
 
 
 def run(argv: list[str], env: dict[str, str] | None = None, stdin: str = "") -> tuple[int, str, str]:
@@ -132,15 +139,14 @@ def test_a_changed_migration_is_a_new_scratch_database(tmp_path):
 @pytest.mark.parametrize("command", [["plan", "-"], ["evaluate", "-"]])
 def test_start_up_loads_no_alembic_once_cached(command, tmp_path):
     """In a fresh interpreter, a second plan or evaluation imports neither Alembic nor a
-    migration; a plan without --db imports neither SQLAlchemy nor FastAPI nor the profiler."""
-    import subprocess
-    import sys
-
+    migration; a plan without --db imports none of the service's modules (SQLAlchemy, FastAPI,
+    the server, the database drivers, the job queue, metrics, the solver pool's processes) nor the
+    profiler."""
     env = {"XDG_CACHE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     body = PLAN if command[0] == "plan" else EVALUATION
     probe = (
         "import sys; from app import cli; code = cli.main(sys.argv[1:]);"
-        "print(sorted(m for m in ('alembic', 'sqlalchemy', 'fastapi', 'starlette', 'profiler.cli') if m in sys.modules),"
+        f"print(sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules),"
         " file=sys.stderr); sys.exit(code)"
     )
     for _ in range(2):
@@ -149,3 +155,40 @@ def test_start_up_loads_no_alembic_once_cached(command, tmp_path):
         assert done.returncode == 0, done.stderr
     loaded = done.stderr.strip().splitlines()[-1]
     assert loaded == ("[]" if command[0] == "plan" else "['sqlalchemy']")
+
+
+def test_the_program_ends_after_a_plan_without_its_teardown(tmp_path):
+    """`partitura plan` (main() on the process's own arguments) ends the process once its output
+    is written, skipping the interpreter's teardown and so its exit handlers; what it printed
+    arrives whole and the exit code is the command's, the plan's and an invalid request's. With
+    --db (a database to close) and in-process calls it returns as any command does."""
+    probe = (
+        "import atexit, sys; atexit.register(print, 'teardown', file=sys.stderr);"
+        "from app import cli; sys.exit(cli.main())"
+    )
+    env = {"XDG_CACHE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+
+    def program(body: dict, *options: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", probe, "plan", "-", *options], input=json.dumps(body), env=env,
+                              capture_output=True, text=True, timeout=120, cwd=Path(cli.__file__).parents[1])
+
+    planned = program(PLAN)
+    assert planned.returncode == 0, planned.stderr
+    assert "teardown" not in planned.stderr
+    code, in_process, err = run(["plan", "-"], stdin=json.dumps(PLAN))
+    assert code == 0, err
+    printed, expected = json.loads(planned.stdout), json.loads(in_process)
+    for plan in (printed, expected):
+        del plan["id"], plan["created_at"]
+    assert _without_timings(printed) == _without_timings(expected)
+
+    refused = program({**PLAN, "top_k": 0})
+    assert refused.returncode == 2
+    assert "teardown" not in refused.stderr
+    assert json.loads(refused.stderr)["errors"][0]["field"] == "body.top_k"
+
+    env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'cli.db'}"
+    assert run(["db", "upgrade"], env=env)[0] == 0
+    stored = program(PLAN, "--db")
+    assert stored.returncode == 0, stored.stderr
+    assert stored.stderr.strip().splitlines()[-1] == "teardown"
