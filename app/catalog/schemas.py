@@ -6,8 +6,6 @@ plan stored it (a request's inline spec, or the catalog entry a name resolved to
 given is absent, not null.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Any, Literal
 
 from pydantic import MISSING, BaseModel, ConfigDict, Field

@@ -1,8 +1,6 @@
 """Schemas of /v1/evaluations, and the training and parallel settings and the cost model's
 verdict that plans share."""
 
-from __future__ import annotations
-
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model

@@ -1,7 +1,5 @@
 """Schemas of /v1/plans."""
 
-from __future__ import annotations
-
 from datetime import datetime
 from typing import Annotated, Literal
 

@@ -6,8 +6,6 @@ source of truth for the format, shared with the CLI), so a bad field is reported
 everywhere, ``body.layers[3].forward_s``.
 """
 
-from __future__ import annotations
-
 from datetime import datetime
 from typing import Any
 
