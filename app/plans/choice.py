@@ -11,17 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.catalog.resolve import CustomEntries, Resolved, resolve
 from app.core.problems import Problem, from_spec_error, invalid_field
 from app.plans import schemas
-from solver.batch.choose import BatchChoice, BatchRequest, candidate_batches
-from solver.batch.noise import NoiseScale
-from solver.search.clusters import ClusterComparison, ClusterPlan, cluster_row, compare_clusters, plan_clusters
 from solver.search.request import Objective, SearchRequest
 from solver.spec.errors import SpecError
 from solver.spec.parallel import parallel_to_dict
+
+# The batch choice and the cluster comparison (solver.batch, solver.search.clusters) are imported
+# by the requests that choose: a plan of one cluster and batch, `partitura plan`'s usual
+# question, starts without them (bench/cli.py).
+if TYPE_CHECKING:
+    from solver.batch.choose import BatchChoice, BatchRequest
+    from solver.search.clusters import ClusterComparison, ClusterPlan
 
 # Keys of the plan row's search_stats JSON that hold the choice's documents, not statistics.
 CHOICE_KEYS = ("batch_choice", "cluster_comparison")
@@ -68,6 +72,9 @@ def _batch_request(body: schemas.PlanRequest) -> BatchRequest | None:
         raise invalid_field(
             "body.training.train_tokens", "give train_tokens or critical_batch (which sets the tokens each batch needs), not both"
         )
+    from solver.batch.choose import BatchRequest, candidate_batches
+    from solver.batch.noise import NoiseScale
+
     bounds = given.global_batch_size
     try:
         noise = NoiseScale.given(given.min_tokens, given.noise_scale_tokens, given.target_loss)
@@ -184,6 +191,8 @@ def _comparison_document(comparison: ClusterComparison, plans: list[ClusterPlan]
 def solve(prepared: Prepared, run: PoolRun, time_budget_s: float) -> tuple[Resolved, schemas.SearchOutcome, dict[str, Any]]:
     """Every search of the request as one solver job; the winning cluster's resolution and
     search outcome, and the choice's documents (``CHOICE_KEYS``)."""
+    from solver.search.clusters import cluster_row, compare_clusters, plan_clusters
+
     plans: list[ClusterPlan] = run(plan_clusters, (list(prepared.requests), prepared.batch), time_budget_s * prepared.searches)
     extras: dict[str, Any] = {}
     index = 0
