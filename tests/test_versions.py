@@ -28,3 +28,16 @@ def test_fingerprint_changes_when_a_nested_solver_file_changes(monkeypatch, tmp_
     assert versions.current_versions().solver == before  # same files, same digest
     (fake_root / "cost" / "stage.py").write_text((fake_root / "cost" / "stage.py").read_text() + "\n# changed\n")
     assert versions.current_versions().solver != before
+
+
+def test_fingerprint_is_sha256_of_each_path_and_content_in_path_order():
+    """The digest stored with every plan keeps its definition (stored plans of the same sources
+    stay equal to new ones): each file's path below the package, then its bytes, in path order."""
+    import hashlib
+
+    root = Path(solver.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py"), key=lambda p: p.relative_to(root).as_posix()):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    assert versions.current_versions().solver.endswith("+" + digest.hexdigest()[:12])
