@@ -125,7 +125,7 @@ NVME_PARAM_BUFFER_ELEMENTS = 1e8
 
 
 def offloads_params(offload: Offload) -> bool:
-    return offload in (Offload.OPTIMIZER_PARAMS, Offload.OPTIMIZER_PARAMS_ACTIVATIONS)
+    return offload.offloads_params
 
 
 def offloads_activations(offload: Offload) -> bool:

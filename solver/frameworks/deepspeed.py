@@ -135,7 +135,7 @@ def offload_settings(parallel: ParallelConfig) -> dict[str, Any]:
             out["offload_optimizer"] = {
                 "device": "nvme", "nvme_path": NVME_PATH_PLACEHOLDER, "pin_memory": True, "buffer_count": NVME_OPTIMIZER_SWAP_BUFFERS,
             }
-    if parallel.offload in (Offload.OPTIMIZER_PARAMS, Offload.OPTIMIZER_PARAMS_ACTIVATIONS):
+    if parallel.offload.offloads_params:
         if params_on_nvme(nvme):
             out["offload_param"] = {
                 "device": "nvme", "nvme_path": NVME_PATH_PLACEHOLDER, "pin_memory": True, "buffer_count": NVME_PARAM_SWAP_BUFFERS,

@@ -84,7 +84,7 @@ def exact_config(plan: PlanToExport) -> Nearest:
     """The configuration nearest to the plan that Megatron runs exactly, and what differs."""
     parallel, nvme = without_nvme(plan.parallel, "megatron-core")
     out: list[Difference] = list(nvme)
-    if parallel.offload in (Offload.OPTIMIZER_PARAMS, Offload.OPTIMIZER_PARAMS_ACTIVATIONS):
+    if parallel.offload.offloads_params:
         out.append(differs(
             "parallel.offload", parallel.offload.value, Offload.OPTIMIZER.value,
             "megatron-core offloads the optimizer (optimizer_cpu_offload) but not the parameters, nor"

@@ -47,6 +47,12 @@ class Offload(str, Enum):
     OPTIMIZER_PARAMS = "optimizer+params"
     OPTIMIZER_PARAMS_ACTIVATIONS = "optimizer+params+activations"
 
+    @property
+    def offloads_params(self) -> bool:
+        """Whether the 16-bit parameters leave the GPU too (ZeRO-Infinity's parameter offload,
+        DeepSpeed's offload_param)."""
+        return self in (Offload.OPTIMIZER_PARAMS, Offload.OPTIMIZER_PARAMS_ACTIVATIONS)
+
 
 class NvmeOffload(str, Enum):
     """Which of the offloaded model states (``Offload``) live on the node's NVMe drives instead of

@@ -153,7 +153,7 @@ def offload_zero_stage(offload: Offload, dp_cp_size: int, nvme: NvmeOffload = Nv
     optimizer offload steps each rank's shard of the optimizer states, so it needs ZeRO-1 or more
     where there are several ranks (ZeRO-Offload Sec 4.2 partitions as ZeRO-2; Megatron-core
     offloads its distributed optimizer's, ZeRO-1's, shard)."""
-    if offload in (Offload.OPTIMIZER_PARAMS, Offload.OPTIMIZER_PARAMS_ACTIVATIONS) or nvme is not NvmeOffload.NONE:
+    if offload.offloads_params or nvme is not NvmeOffload.NONE:
         return ZeroStage.OS_G_P
     if offload is Offload.OPTIMIZER and dp_cp_size > 1:
         return ZeroStage.OS
@@ -167,7 +167,7 @@ def nvme_fits_offload(offload: Offload, nvme: NvmeOffload) -> bool:
         return True
     if nvme is NvmeOffload.OPTIMIZER:
         return offload is not Offload.NONE
-    return offload in (Offload.OPTIMIZER_PARAMS, Offload.OPTIMIZER_PARAMS_ACTIVATIONS)
+    return offload.offloads_params
 
 
 def _check_offload(cluster: ClusterSpec, parallel: ParallelConfig) -> None:
