@@ -257,7 +257,7 @@ def _layout_candidates(par: dict, settings: dict, model: ModelSpec, global_batch
     zero = ZeroStage(zero if zero is not None else settings.get("zero_stage", 0))
     ep = par.get("ep") or 1
     for mb, v, rc, seq_par in itertools.product(micro, virtual, recompute, sp):
-        layout = tuple(settings["stage_layers"]) if settings.get("stage_layers") else None
+        layout = tuple(settings["stage_layers"]) if settings.get("stage_layers") else filled_layout(settings, pp * v)
         if trimmed:
             per_chunk = chunked_layers // (pp * v)
             layout = (per_chunk - 1,) + (per_chunk,) * (pp * v - 2) + (per_chunk - 1,)
@@ -268,6 +268,24 @@ def _layout_candidates(par: dict, settings: dict, model: ModelSpec, global_batch
             # left out: tp, the stack's default.
             expert_tp_size=settings.get("expert_tp_size"),
         )
+
+
+def filled_layout(settings: dict, num_chunks: int) -> tuple[int, ...] | None:
+    """The layer split the bench fills where the record publishes none (no ``stage_layers``): its
+    source's published split for the same number of model chunks (``layouts_by_chunks``, with its
+    reason in ``why_layouts_by_chunks``), else None (the uniform split). Megatron-core's
+    pipeline_model_parallel_layout is one list of pp x vp chunks in pipeline order, so a split
+    published for one (pp, vp) holds for every (pp, vp) of the same product."""
+    if settings.get("stage_layers"):
+        return None
+    layout = settings.get("layouts_by_chunks", {}).get(str(num_chunks))
+    return tuple(layout) if layout else None
+
+
+def layout_text(stage_layers: tuple[int, ...]) -> str:
+    """Layers per chunk, runs of equal counts written count*chunks: "8*7,5" for 8,8,8,8,8,8,8,5."""
+    runs = [(layers, len(list(group))) for layers, group in itertools.groupby(stage_layers)]
+    return ",".join(f"{layers}*{chunks}" if chunks > 1 else str(layers) for layers, chunks in runs)
 
 
 def record_settings(record: dict, inputs: dict) -> dict:
@@ -363,6 +381,8 @@ def evaluate_record(record: dict, inputs: dict) -> RunResult:
         filled.append(f"mb={parallel.micro_batch_size}")
     if parallel.virtual_stages > 1 or par.get("interleave"):
         filled.append(f"v={parallel.virtual_stages}")
+    if parallel.stage_layers is not None and parallel.stage_layers == filled_layout(settings, parallel.num_chunks):
+        filled.append(f"layout={layout_text(parallel.stage_layers)}")
     if par.get("recompute") not in ("none", "selective", "full"):
         filled.append(f"rc={parallel.recompute.value}")
     if par.get("sequence_parallel") is None and parallel.sequence_parallel:
