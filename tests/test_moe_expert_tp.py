@@ -15,10 +15,12 @@ from torchtitan.config.manager import ConfigManager
 from torchtitan.distributed.parallel_dims import ParallelDims
 
 import catalog
+from solver.cost.analytic import analytic_layers
 from solver.cost.comm import all_reduce_s, all_to_all_s, inter_node_link, tp_link
 from solver.cost.evaluate import evaluate
 from solver.cost.flops import layer_expert_parameter_count
 from solver.cost.moe import EXPERT_LOAD_FACTOR, dispatch_bytes, ep_comm_s, moe_mlp_cost
+from solver.cost.profile import ProfileShape
 from solver.cost.stage import expert_state_bytes_per_parameter
 from solver.frameworks import ExportFormat, PlanToExport, export_plan, framework_violations
 from solver.search.loop import search
@@ -148,18 +150,51 @@ def test_dispatch_sends_each_ranks_sequence_parallel_share_to_adjacent_ranks_at_
 def test_no_expert_tp_collectives_at_etp_1():
     """At etp = tp the routed tokens are all-gathered and reduce-scattered over the expert-TP
     group (dispatch_postprocess / combine_preprocess), the ring volume of an all-reduce of tokens x
-    k rows, in place of the dense MLP's two; at etp 1 Megatron-core skips both, and the dense MLP's
-    are gone with it."""
+    k rows, forward and backward; at etp 1 Megatron-core skips both. DeepSeek-V3's shared expert
+    is an MLP on the dense TP group (SharedExpertMLP), whose all-reduce of tokens x h forward and
+    backward stays at any etp."""
     tokens, h, k = 4096, DEEPSEEK.hidden_size, DEEPSEEK.experts_per_token
+    assert DEEPSEEK.num_shared_experts == 1
     link = tp_link(H100, 2)
-    dense = all_reduce_s(2 * tokens * h, 2, link)
+    shared = all_reduce_s(2 * tokens * h, 2, link)
     etp2 = moe_mlp_cost(DEEPSEEK, H100, Precision.FP8, tokens, 2, 64)
     etp1 = moe_mlp_cost(DEEPSEEK, H100, Precision.FP8, tokens, 2, 64, expert_tp_size=1)
-    assert etp2.tp_comm_s == 2 * (all_reduce_s(2 * tokens * k * h, 2, link) - dense)
-    assert etp1.tp_comm_s == -2 * dense
+    assert etp2.tp_comm_s == 2 * (all_reduce_s(2 * tokens * k * h, 2, link) + shared)
+    assert etp1.tp_comm_s == 2 * shared
+    # Without shared experts (Mixtral-style) etp 1 leaves the MoE MLP no TP traffic at all, and
+    # at tp 1 there is none either way.
+    routed_only = dataclasses.replace(DEEPSEEK, num_shared_experts=0)
+    assert moe_mlp_cost(routed_only, H100, Precision.FP8, tokens, 2, 64, expert_tp_size=1).tp_comm_s == 0.0
+    assert moe_mlp_cost(DEEPSEEK, H100, Precision.FP8, tokens, 1, 64).tp_comm_s == 0.0
     # The busiest rank's routed rows: tokens x k x load factor gathered at etp 2, half of them at etp 1.
     assert etp1.kept_bytes < etp2.kept_bytes
     assert EXPERT_LOAD_FACTOR == 1.25
+
+
+@pytest.mark.parametrize("tp_comm_overlap", [False, True])
+def test_moe_layer_tp_traffic_is_the_attention_half_of_the_dense_layer_plus_the_moe_mlp(tp_comm_overlap):
+    """An MoE layer keeps the dense layer's attention collectives (two of its four equal ones, as
+    exposed as the stack's TP overlap leaves them) and adds the MoE MLP's own. With Transformer
+    Engine's TP overlap the dense figure is already reduced to what the GEMMs cannot hide, so the
+    dense MLP's share must come off that figure, not off the raw all-reduce: taking 2 raw
+    all-reduces off an overlapped figure made the layer's TP time negative at etp 1."""
+    training = dataclasses.replace(TRAINING, tp_comm_overlap=tp_comm_overlap)
+    par = dataclasses.replace(NVIDIA_H100, virtual_stages=4, stage_layers=(1, *(2,) * 30, 0), recompute=Recompute.SELECTIVE)
+    routed_only = dataclasses.replace(DEEPSEEK, num_shared_experts=0)
+    for model in (DEEPSEEK, routed_only):
+        for etp in (1, None):
+            ev = evaluate(model, H100, training, dataclasses.replace(par, expert_tp_size=etp))
+            assert ev.prediction.breakdown_s["tp_comm_s"] > 0.0
+    # Exactly half the dense layer's figure plus the MoE MLP's, at the layer level.
+    shape = ProfileShape(tp_size=2, sequence_parallel=True, ep_size=64, expert_tp_size=1)
+    layers = analytic_layers(routed_only, H100, training, shape)
+    dense_layer = layers.transformer_layers[0]  # DeepSeek-V3's first three layers are dense
+    moe_layer = layers.transformer_layers[-1]
+    assert dense_layer.tp_comm_s > 0.0
+    assert moe_layer.tp_comm_s == pytest.approx(dense_layer.tp_comm_s / 2)
+    with_shared = analytic_layers(DEEPSEEK, H100, training, shape).transformer_layers[-1]
+    tokens = training.seq_length  # micro-batch 1, cp 1
+    assert with_shared.tp_comm_s == pytest.approx(dense_layer.tp_comm_s / 2 + 2 * all_reduce_s(2 * tokens * DEEPSEEK.hidden_size, 2, tp_link(H100, 2)))
 
 
 def test_nvidia_deepseek_layout_is_faster_and_heavier_at_etp_1():

@@ -563,7 +563,9 @@ def _moe_layer(
         activation_bytes=dense.activation_bytes + kept,
         selective_activation_bytes=dense.selective_activation_bytes + kept - (int(cost.act_output_bytes) if act_recompute else 0),
         selective_recompute_s=dense.selective_recompute_s + (cost.act_recompute_s if act_recompute else 0.0),
-        tp_comm_s=dense.tp_comm_s + cost.tp_comm_s,
+        # The dense layer's four equal TP collectives, two of them its MLP's, which the MoE MLP's
+        # own replace (exposed as ``training.tp_comm_overlap`` left them: half of its figure).
+        tp_comm_s=dense.tp_comm_s / 2 + cost.tp_comm_s,
         ep_comm_s=ep_comm_exposed_s(cost.ep_comm_s, forward_s + backward_s, ep_comm_overlap, gpu.overlap_slowdown),
         parameter_count=cost.parameter_count,
         expert_parameter_count=cost.expert_parameter_count,

@@ -69,7 +69,7 @@ class MoeMlpCost:
     kept_bytes: float  # activation bytes kept for backward added (wider MLP, dispatched tokens)
     act_output_bytes: float  # of those, the routed experts' fc2 inputs (what ``moe_act`` recompute drops)
     act_recompute_s: float  # recomputing the routed experts' activation function in backward
-    tp_comm_s: float  # tensor-parallel traffic added (expert-TP gather / scatter of routed tokens, less the dense MLP's)
+    tp_comm_s: float  # the MoE MLP's tensor-parallel traffic, exposed: routed tokens' expert-TP gather / scatter, shared experts' TP collectives
     ep_comm_s: float  # dispatch + combine, forward and backward: four all-to-alls, on the wire
     parameter_count: int  # this GPU's parameters of the whole MoE layer
     expert_parameter_count: int  # of which routed experts (sharded over ep and etp)
@@ -179,13 +179,19 @@ def moe_mlp_cost(
     # the MoE MLP replaces; the dense MLP's input (the norm output) stays, as the router's.
     kept = (act_input + g) * (inner_elements - tokens * f) / t + g * routed_tokens * h + (g * tokens * h if shared else 0)
     act_output = g * routed_tokens * fe / et
-    # The dense MLP's two TP all-reduces of tokens x h become an all-gather and a reduce-scatter
-    # of the routed tokens (k x more rows) inside the expert-TP group: at etp = tp the same ring
-    # volume; at etp 1 none (the layer keeps its tokens sequence-parallel). The shared experts'
-    # own TP collectives (SharedExpertMLP on the dense TP group) are not costed at any etp.
-    link = tp_link(cluster, t)
+    # The dense MLP's TP all-reduce of tokens x h (forward and backward) becomes an all-gather and
+    # a reduce-scatter of the routed tokens (k x more rows) inside the expert-TP group, issued by
+    # the token dispatcher between the all-to-alls: at etp = tp the same ring volume; at etp 1
+    # none (the layer keeps its tokens sequence-parallel). The shared experts are Megatron-core's
+    # SharedExpertMLP, an MLP on the dense TP group (moe/shared_experts.py at NVIDIA/Megatron-LM
+    # 8f1c2f8ae: linear_fc1 column-parallel, linear_fc2 row-parallel), so at any etp they add
+    # the dense MLP's own collective, one all-reduce of tokens x h (all-gather + reduce-scatter
+    # under sequence parallelism) forward and one backward. Both stay exposed: the dispatcher's
+    # are not Transformer Engine's overlapped GEMM collectives, and the shared experts run after
+    # the routed ones unless --moe-shared-expert-overlap, which the cost model does not take.
     expert_gather_s = all_reduce_s(BYTES_16BIT * _at_etp(tokens * k * h, et, t), et, tp_link(cluster, et))
-    tp_extra = 2 * (expert_gather_s - all_reduce_s(BYTES_16BIT * tokens * h, t, link))
+    shared_s = all_reduce_s(BYTES_16BIT * tokens * h, t, tp_link(cluster, t)) if shared else 0.0
+    tp_moe = 2 * (expert_gather_s + shared_s)
     experts = layer_expert_parameter_count(model)
     dense_part = layer_parameter_count(model, moe=True) - experts
     expert_local = experts // (ep_size * et)
@@ -197,7 +203,7 @@ def moe_mlp_cost(
         kept_bytes=kept,
         act_output_bytes=act_output,
         act_recompute_s=elementwise_time_s(gpu, activation_fn * routed_tokens * fe / et, kernels=1),
-        tp_comm_s=tp_extra,
+        tp_comm_s=tp_moe,
         ep_comm_s=ep_comm_s(cluster, model, tokens, t, ep_size, et),
         parameter_count=dense_part // t + expert_local,
         expert_parameter_count=expert_local,
