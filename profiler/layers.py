@@ -5,7 +5,8 @@ the attention heads, of the MLP's inner width and of the vocabulary; the collect
 the shares are not run here (one GPU cannot measure them; ``solver.cost.derive.derive_profile``
 takes them from the analytic model). The blocks are pre-norm: LayerNorm with biases and a GELU
 MLP for GPT/BERT/OPT-style specs, RMSNorm without biases and a SwiGLU MLP for Llama-style specs
-(Touvron et al. 2023). Rotary embeddings (Su et al. 2021) are applied to q and k when the spec
+(Touvron et al. 2023), LayerNorm without linear biases and a squared-ReLU MLP for Nemotron-style
+specs (arXiv 2402.16819). Rotary embeddings (Su et al. 2021) are applied to q and k when the spec
 has no learned positions (ALiBi models are timed with rotary: both are element-wise on q/k or the
 scores, and flash kernels take neither as a materialised bias). Dropout is left out (modern
 pre-training runs without it).
@@ -51,7 +52,7 @@ class ShardShape:
 
 
 def _norm(model: ModelSpec) -> nn.Module:
-    if model.mlp_activation is MlpActivation.SWIGLU:
+    if not model.norm_biases:
         return nn.RMSNorm(model.hidden_size, eps=1e-5)
     return nn.LayerNorm(model.hidden_size, eps=1e-5)
 
@@ -116,7 +117,7 @@ class TransformerBlock(nn.Module):
 
     def __init__(self, model: ModelSpec, shard: ShardShape, seq_length: int, flash_attention: bool) -> None:
         super().__init__()
-        bias = model.mlp_activation is MlpActivation.GELU
+        bias = model.linear_biases
         self.shard = shard
         self.causal = model.architecture is Architecture.DECODER
         self.flash = flash_attention
@@ -129,6 +130,7 @@ class TransformerBlock(nn.Module):
         self.proj = nn.Linear(q_width, shard.hidden_size, bias=bias)
         self.norm2 = _norm(model)
         self.swiglu = model.mlp_activation is MlpActivation.SWIGLU
+        self.squared_relu = model.mlp_activation is MlpActivation.SQUARED_RELU
         # SwiGLU's gate and up projections are one fused GEMM, as in Megatron-LM.
         up_width = (2 if self.swiglu else 1) * shard.ffn_hidden_size
         self.up = nn.Linear(shard.hidden_size, up_width, bias=bias)
@@ -167,6 +169,8 @@ class TransformerBlock(nn.Module):
         if self.swiglu:
             gate, up = hidden.chunk(2, dim=-1)
             hidden = F.silu(gate) * up
+        elif self.squared_relu:
+            hidden = torch.square(F.relu(hidden))  # Megatron-core's squared_relu: relu(x)^2
         else:
             hidden = F.gelu(hidden, approximate="tanh")
         return x + self.down(hidden)

@@ -38,6 +38,7 @@ import torch
 import yaml
 from deepspeed.runtime.config import DeepSpeedConfig
 from deepspeed.runtime.utils import partition_balanced
+from megatron.core.activations import squared_relu
 from megatron.core.distributed import DistributedDataParallelConfig
 from megatron.core.model_parallel_config import ModelParallelConfig
 from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
@@ -63,7 +64,14 @@ LLAMA = ModelSpec(
     vocab_size=128256, seq_length=8192, mlp_activation=MlpActivation.SWIGLU, tied_embeddings=False,
     position_embedding=PositionEmbedding.NONE,
 )
+# Nemotron-style layers (NeMo-Framework-Launcher nemotron_8b.yaml, halved): squared-ReLU MLP,
+# no biases, LayerNorm, untied embeddings, rotary.
+NEMOTRON = ModelSpec(
+    "nemotron-16l", num_layers=16, hidden_size=2048, num_attention_heads=16, ffn_hidden_size=8192, vocab_size=256000,
+    seq_length=4096, mlp_activation=MlpActivation.SQUARED_RELU, tied_embeddings=False, position_embedding=PositionEmbedding.NONE,
+)
 GPT_TRAINING = TrainingSpec(global_batch_size=512, seq_length=2048)
+NEMOTRON_TRAINING = TrainingSpec(global_batch_size=256, seq_length=4096)
 LLAMA_FP8 = TrainingSpec(global_batch_size=256, seq_length=4096, precision=Precision.FP8)
 LLAMA_LONG = TrainingSpec(global_batch_size=64, seq_length=16384)
 
@@ -93,6 +101,9 @@ SHAPES = {
     "fsdp_activation_offload": PlanToExport(LLAMA, GPT_TRAINING, ParallelConfig(
         dp_size=8, tp_size=2, zero_stage=ZeroStage.OS_G_P, micro_batch_size=1, sequence_parallel=True,
         activation_offload_layers=12), 8),
+    # A squared-ReLU model with TP and sequence parallelism, as NeMo ran Nemotron 8B (tp 2).
+    "squared_relu": PlanToExport(NEMOTRON, NEMOTRON_TRAINING, ParallelConfig(
+        dp_size=4, tp_size=2, zero_stage=ZeroStage.OS, micro_batch_size=4, sequence_parallel=True), 8),
 }
 
 # What each framework changes of each shape (the fields named by the export's differences).
@@ -100,7 +111,7 @@ EXPECTED_DIFFERENCES = {
     ExportFormat.MEGATRON: {
         "pp1": [], "uneven_stages": [], "interleaved": [], "zero3": [],
         "per_stage_recompute": ["parallel.full_recompute_layers"], "block_recompute": [], "context_parallel": [],
-        "fsdp_activation_offload": [],
+        "fsdp_activation_offload": [], "squared_relu": [],
     },
     ExportFormat.DEEPSPEED: {
         "pp1": [],
@@ -111,6 +122,7 @@ EXPECTED_DIFFERENCES = {
         "block_recompute": ["parallel.full_recompute_layers", "training.overlap_grad_reduce"],
         "context_parallel": ["parallel.cp_size", "parallel.dp_size", "training.overlap_grad_reduce"],
         "fsdp_activation_offload": ["parallel.activation_offload_layers"],
+        "squared_relu": [],
     },
     ExportFormat.TORCHTITAN: {
         "pp1": ["parallel.zero_stage"],
@@ -121,11 +133,12 @@ EXPECTED_DIFFERENCES = {
         "block_recompute": ["parallel.zero_stage", "parallel.recompute"],
         "context_parallel": ["parallel.zero_stage"],
         "fsdp_activation_offload": ["parallel.activation_offload_layers"],
+        "squared_relu": ["parallel.zero_stage"],
     },
     ExportFormat.NEMO: {
         "pp1": [], "uneven_stages": [], "interleaved": [], "zero3": ["parallel.zero_stage"],
         "per_stage_recompute": ["parallel.full_recompute_layers"], "block_recompute": [], "context_parallel": [],
-        "fsdp_activation_offload": ["parallel.zero_stage"],
+        "fsdp_activation_offload": ["parallel.zero_stage"], "squared_relu": [],
     },
 }
 
@@ -137,6 +150,7 @@ MEGATRON_LM_FLAGS = {
     "--transformer-impl", "--group-query-attention", "--seq-length", "--max-position-embeddings",
     "--position-embedding-type", "--swiglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights",
     "--no-bias-gelu-fusion", "--no-bias-swiglu-fusion", "--no-masked-softmax-fusion", "--no-bias-dropout-fusion",
+    "--squared-relu",
     # Megatron-FSDP: DistributedInitConfig's use_megatron_fsdp, the sharding strategy's own flag,
     # TrainingConfig's ckpt_format, and gradient_accumulation_fusion's negative flag.
     "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--ckpt-format", "--no-gradient-accumulation-fusion",
@@ -150,7 +164,7 @@ MEGATRON_DEEPSPEED_FLAGS = {
     "--no-bias-gelu-fusion", "--no-masked-softmax-fusion", "--no-bias-dropout-fusion", "--num-layers",
     "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--num-key-value-heads", "--seq-length",
     "--max-position-embeddings", "--use-rotary-position-embeddings", "--no-position-embedding", "--swiglu",
-    "--normalization", "--disable-bias-linear", "--untie-embeddings-and-output-weights", "--zero-stage",
+    "--normalization", "--disable-bias-linear", "--untie-embeddings-and-output-weights", "--zero-stage", "--squared-relu",
 }
 # The trainer and model keys of NeMo's megatron_gpt_config.yaml that the export writes.
 NEMO_GPT_CONFIG_KEYS = {
@@ -225,8 +239,16 @@ def megatron_configs(export, plan: PlanToExport):
         kwargs["fp8"] = flags["--fp8-format"]
     if "--swiglu" in flags:
         kwargs.update(gated_linear_unit=True, activation_func=torch.nn.functional.silu)
+    if "--squared-relu" in flags:
+        kwargs["activation_func"] = squared_relu
     if "--disable-bias-linear" in flags:
         kwargs["add_bias_linear"] = False
+    # Megatron-LM's core_transformer_config_from_args: bias_activation_fusion is bias_swiglu_fusion
+    # with --swiglu, else bias_gelu_fusion, which validate_args turns off without biases.
+    if "--swiglu" in flags:
+        kwargs["bias_activation_fusion"] = "--no-bias-swiglu-fusion" not in flags
+    else:
+        kwargs["bias_activation_fusion"] = "--no-bias-gelu-fusion" not in flags and "--disable-bias-linear" not in flags
     if "--no-gradient-accumulation-fusion" in flags:
         kwargs["gradient_accumulation_fusion"] = False
     if kwargs.get("cpu_offloading_num_layers", 0) > 0:
@@ -476,6 +498,15 @@ def _nemo_recompute(model: dict) -> dict:
     }
 
 
+def _nemo_activation(model: dict) -> dict:
+    """NeMo's own mapping of its activation and bias keys to megatron-core's (MegatronBaseModel
+    build_transformer_config: ``gated_linear_unit`` for activations ending in 'glu', the function
+    from activation_to_func, ``add_bias_linear`` from ``bias``)."""
+    activation = model.get("activation", "gelu")
+    function = {"gelu": torch.nn.functional.gelu, "fast-swiglu": torch.nn.functional.silu, "squared-relu": squared_relu}[activation]
+    return {"activation_func": function, "gated_linear_unit": activation.endswith("glu"), "add_bias_linear": model.get("bias", True)}
+
+
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_nemo_overrides_use_nemo_names_and_megatron_core_reads_them(shape):
     plan = SHAPES[shape]
@@ -491,6 +522,7 @@ def test_nemo_overrides_use_nemo_names_and_megatron_core_reads_them(shape):
     # NeMo hands every model key that is a megatron-core field to TransformerConfig.
     core = {k: v for k, v in model.items() if k in CORE_FIELDS and k not in ("fp8", "activation", "normalization") and v is not None}
     core.update({k: v for k, v in _nemo_recompute(model).items() if v is not None})
+    core.update(_nemo_activation(model))
     config = TransformerConfig(**core, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16, bf16=True)
     assert (config.tensor_model_parallel_size, config.pipeline_model_parallel_size, config.context_parallel_size) == (
         exported.tp_size, exported.pp_size, exported.cp_size)
@@ -549,6 +581,30 @@ def test_megatron_and_nemo_write_the_recompute_modules_and_megatron_core_reads_t
         num_layers=24, hidden_size=2048, num_attention_heads=16, recompute_granularity="selective",
         recompute_modules=model["recompute_modules"],
     ).recompute_modules == ["core_attn", "mlp"]
+
+
+def test_squared_relu_is_each_frameworks_own_activation_without_biases():
+    plan = SHAPES["squared_relu"]
+    megatron = export_plan(plan, ExportFormat.MEGATRON)
+    _, flags = script_arguments(_file(megatron, "pretrain_gpt.sh").text, "pretrain_gpt.py")
+    assert {"--squared-relu", "--disable-bias-linear", "--untie-embeddings-and-output-weights"} <= set(flags)
+    assert "--swiglu" not in flags and "--normalization" not in flags  # LayerNorm, Megatron-LM's default
+    config, *_ = megatron_configs(megatron, plan)
+    assert (config.activation_func, config.gated_linear_unit, config.add_bias_linear, config.bias_activation_fusion) == (
+        squared_relu, False, False, False)
+    # The fusion Megatron-LM would otherwise turn on is refused with squared ReLU: hence no biases, no fusion.
+    with pytest.raises(ValueError, match="bias_activation_fusion"):
+        TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, activation_func=squared_relu, bias_activation_fusion=True)
+
+    _, flags = script_arguments(_file(export_plan(plan, ExportFormat.DEEPSPEED), "launch.sh").text, "pretrain_gpt.py")
+    assert {"--squared-relu", "--disable-bias-linear"} <= set(flags) and "--normalization" not in flags
+
+    model = yaml.safe_load(_file(export_plan(plan, ExportFormat.NEMO), "nemo_overrides.yaml").text)["model"]
+    assert (model["activation"], model["bias"], model["bias_activation_fusion"]) == ("squared-relu", False, False)
+    assert "normalization" not in model  # NeMo's default layernorm
+
+    titan = export_plan(plan, ExportFormat.TORCHTITAN)
+    assert any("custom model" in note for note in titan.notes)
 
 
 def test_the_default_modules_write_no_flag():

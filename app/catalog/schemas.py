@@ -96,7 +96,7 @@ class ModelSpecIn(BaseModel):
     ffn_hidden_size: Size | None = None
     vocab_size: Size
     seq_length: Size
-    mlp_activation: Literal["gelu", "swiglu"] = "gelu"
+    mlp_activation: Literal["gelu", "swiglu", "squared_relu"] = "gelu"
     tied_embeddings: Flag = True
     architecture: Literal["decoder", "encoder"] = "decoder"
     position_embedding: Literal["learned", "none"] = "learned"

@@ -71,7 +71,7 @@ class SizedModel(BaseModel):
     ffn_hidden_size: int
     vocab_size: int
     seq_length: int
-    mlp_activation: Literal["gelu", "swiglu"]
+    mlp_activation: Literal["gelu", "swiglu", "squared_relu"]
     parameters: int
 
 

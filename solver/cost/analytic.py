@@ -7,7 +7,9 @@ Sources:
 - Activation bytes kept for backward: Korthikanti et al. 2022 Sec 4 and Table 2
   (s*b*h*(10 + 24/t + 5*a*s/(h*t)) with TP; /t on everything with sequence parallelism;
   5*a*s^2*b dropped by selective recompute; 2*s*b*h per layer under full recompute), generalised
-  here to grouped-query attention (K and V of kv_hidden width) and SwiGLU (three ffn-wide tensors).
+  here to grouped-query attention (K and V of kv_hidden width) and SwiGLU (three ffn-wide tensors);
+  a squared-ReLU MLP (Nemotron) costs and keeps what a GELU one does: two GEMMs h -> ffn -> h, and
+  relu(x)^2's backward (2 relu(x) dy) needs its input x, as GELU's does.
 - Fused attention (Dao et al. 2022, FlashAttention): no s x s tensor reaches HBM; the backward pass
   recomputes the scores, which FlashAttention-2 (Dao 2023, Sec 4) runs at ~2.5x the forward time.
   Causal masking lets the fused kernel skip half of the score blocks.
@@ -260,7 +262,7 @@ def _kept_bytes(
     # LN inputs (4), QKV and MLP inputs (2 g), two dropout masks (2)
     replicated = (4 + 2 * g + 2) * tokens * h
     # Q (2), out-proj input (g), K and V (4), the MLP's inner tensors: SwiGLU's gate and up
-    # outputs (4) or GELU's input (2), and the down projection's input (g)
+    # outputs (4) or GELU's / squared ReLU's input (2), and the down projection's input (g)
     split = (2 + g) * tokens * h + 4 * tokens * kv + ((4 if swiglu else 2) + g) * tokens * f
     scores = 0 if flash else 5 * a * tokens * s  # softmax out, dropout mask, dropout out
     replicated_local = replicated / t if shape.sequence_parallel else replicated
@@ -290,7 +292,7 @@ def backward_working_bytes(model: ModelSpec, shape: ProfileShape, s: int, flash:
 
     - the MLP's second GEMM: the gradient of its input (b*s*f/t), written while that input is
       still saved, and with sequence parallelism the all-gathered output gradient (b*s*h);
-    - the MLP's activation function: its input gradients, GELU one b*s*f/t, SwiGLU two (the
+    - the MLP's activation function: its input gradients, GELU (or squared ReLU) one b*s*f/t, SwiGLU two (the
       gate's and the up projection's: ``grad * other`` and ``grad * self`` of the product, or
       Megatron's fused ``bias_swiglu`` backward writing both at once), with the second GEMM's
       input gradient standing in for its freed input (tests/test_memory_backward.py reads this
@@ -485,7 +487,7 @@ def _mlp_recompute(layer: LayerProfile, model: ModelSpec, gpu: GpuSpec, training
     NVIDIA/Megatron-LM 8f1c2f8ae53b4e3f32c0ae7f397d8b38a675eaa2: ``tensor_parallel.checkpoint``
     (``te_checkpoint`` in FP8) of ``self.mlp`` from the pre-MLP norm's output; MoE layers are
     left alone, ``if not self.is_moe_layer``): the MLP's inner tensors (the activation's input,
-    2 x 2 bytes per element for SwiGLU, 2 for GELU, and the down projection's input) are not
+    2 x 2 bytes per element for SwiGLU, 2 for GELU or squared ReLU, and the down projection's input) are not
     kept, and its GEMMs and activation run again in backward. Its input is the norm output the
     layer keeps anyway. Selective recompute only (``selective_*`` fields)."""
     t, h, f = tp_size, model.hidden_size, model.ffn_hidden_size

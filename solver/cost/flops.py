@@ -8,14 +8,8 @@ FLOPs are counted in full even for causal masks, as both papers do.
 
 from __future__ import annotations
 
-from solver.spec.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding
+from solver.spec.model import Architecture, ModelSpec, PositionEmbedding
 from solver.spec.training import Recompute
-
-
-def _has_biases(model: ModelSpec) -> bool:
-    """GPT/BERT-style layers carry biases and two-parameter LayerNorms; SwiGLU (Llama-style) layers
-    use bias-free projections and RMSNorm (Touvron et al. 2023)."""
-    return model.mlp_activation is MlpActivation.GELU
 
 
 def attention_weight_count(model: ModelSpec) -> int:
@@ -78,11 +72,12 @@ def layer_parameter_count(model: ModelSpec, moe: bool = False, active: bool = Fa
     experts only when ``active``).
 
     GPT-style: 12h^2 + 13h (Narayanan et al. 2021 eq. 2: QKV and output biases 4h, MLP biases
-    4h + h, two LayerNorms 4h). SwiGLU/RMSNorm style: GEMM weights + 2h norm scales. A GELU
-    expert carries its MLP's two biases.
+    4h + h, two LayerNorms 4h). SwiGLU/RMSNorm style: GEMM weights + 2h norm scales. Squared-ReLU
+    (Nemotron) style: GEMM weights + two LayerNorms 4h, no biases. A GELU expert carries its
+    MLP's two biases.
     """
     h = model.hidden_size
-    if _has_biases(model):
+    if model.linear_biases:
         if moe:
             experts = (model.experts_per_token if active else model.num_experts) + model.num_shared_experts
             mlp_biases = experts * (model.moe_ffn_hidden_size + h)
@@ -92,7 +87,9 @@ def layer_parameter_count(model: ModelSpec, moe: bool = False, active: bool = Fa
         norms = 4 * h
     else:
         biases = 0
-        norms = 2 * h + model.q_lora_rank + model.kv_lora_rank  # MLA normalises its latents (RMSNorm)
+        # Two norms of weight and bias (LayerNorm) or of a scale (RMSNorm); MLA normalises its
+        # latents (RMSNorm).
+        norms = (4 if model.norm_biases else 2) * h + model.q_lora_rank + model.kv_lora_rank
     return layer_weight_count(model, moe, active) + biases + norms
 
 
@@ -103,19 +100,20 @@ def layer_expert_parameter_count(model: ModelSpec) -> int:
     ``SharedExpertMLP`` and ``TopKRouter`` sit outside the ``experts`` module)."""
     if not model.is_moe:
         return 0
-    biases = model.num_experts * (model.moe_ffn_hidden_size + model.hidden_size) if _has_biases(model) else 0
+    biases = model.num_experts * (model.moe_ffn_hidden_size + model.hidden_size) if model.linear_biases else 0
     return routed_expert_weight_count(model) + biases
 
 
 def layer_parameter_tensor_count(model: ModelSpec) -> int:
     """Parameter tensors of one transformer layer as Megatron-style code holds them: fused QKV
-    and output projections, one tensor per MLP weight matrix, plus (GPT/BERT-style) four biases
-    and two LayerNorms of weight and bias, or (Llama-style) two RMSNorm scales. A GPT layer has
-    12 (the 13h of ``layer_parameter_count`` spread over 8 tensors, beside 4 weight matrices)."""
+    and output projections, one tensor per MLP weight matrix, plus (GPT/BERT-style) four biases,
+    and two LayerNorms of weight and bias (GPT/BERT and Nemotron style) or two RMSNorm scales
+    (Llama style). A GPT layer has 12 (the 13h of ``layer_parameter_count`` spread over 8
+    tensors, beside 4 weight matrices)."""
     weights = 2 + model.mlp_gemm_count
-    if _has_biases(model):
-        return weights + 4 + 4
-    return weights + 2
+    biases = 4 if model.linear_biases else 0
+    norms = 4 if model.norm_biases else 2
+    return weights + biases + norms
 
 
 def embedding_parameter_count(model: ModelSpec) -> int:
@@ -130,7 +128,7 @@ def head_parameter_count(model: ModelSpec) -> int:
     """Final norm, the untied output projection (V x h) and, for encoders, BERT's MLM transform
     (dense h x h + bias, LayerNorm, output bias over V; Devlin et al. 2018)."""
     h = model.hidden_size
-    count = 2 * h if _has_biases(model) else h
+    count = 2 * h if model.norm_biases else h
     if not model.tied_embeddings:
         count += model.vocab_size * h
     if model.architecture is Architecture.ENCODER:
@@ -146,7 +144,7 @@ def embedding_parameter_tensor_count(model: ModelSpec) -> int:
 def head_parameter_tensor_count(model: ModelSpec) -> int:
     """The final norm (weight and bias, or a scale), the untied output projection, and for
     encoders BERT's MLM transform (dense weight and bias, LayerNorm weight and bias, output bias)."""
-    count = 2 if _has_biases(model) else 1
+    count = 2 if model.norm_biases else 1
     if not model.tied_embeddings:
         count += 1
     if model.architecture is Architecture.ENCODER:

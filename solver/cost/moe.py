@@ -134,7 +134,7 @@ def moe_mlp_cost(
     ``SharedExpertMLP`` at NVIDIA/Megatron-LM 8f1c2f8ae53b4e3f32c0ae7f397d8b38a675eaa2,
     megatron/core/transformer/moe/experts.py): fc1's input (the dispatched token, h wide), the
     activation function's input (fc1's output: SwiGLU's gate and up, 2 x 2 bytes per inner
-    element; GELU's 2) and fc2's input (the activation's output). The two GEMM inputs are kept as
+    element; GELU's or squared ReLU's 2) and fc2's input (the activation's output). The two GEMM inputs are kept as
     ``saved_input_bytes`` per element: 2, or the FP8-family copy Transformer Engine's GEMMs keep
     (``TrainingSpec.low_precision_saved_inputs``). The router's input is the norm output the dense
     layer already keeps. ``moe_act`` recompute (``act_output_bytes``, ``act_recompute_s``) drops
@@ -174,7 +174,7 @@ def moe_mlp_cost(
     activation_fn = (6 if gate_up == 2 else 4)  # HBM bytes per inner element: as the dense layer's
     elementwise = activation_fn * (inner_elements - tokens * f) / t + PERMUTE_BYTES_PER_ELEMENT * routed_tokens * h
     g = saved_input_bytes
-    act_input = 2 * gate_up  # fc1's output, 16 bit: SwiGLU's gate and up, GELU's one
+    act_input = 2 * gate_up  # fc1's output, 16 bit: SwiGLU's gate and up, GELU's (squared ReLU's) one
     # Against the dense MLP's act input and down-projection input (analytic._kept_bytes), which
     # the MoE MLP replaces; the dense MLP's input (the norm output) stays, as the router's.
     kept = (act_input + g) * (inner_elements - tokens * f) / t + g * routed_tokens * h + (g * tokens * h if shared else 0)

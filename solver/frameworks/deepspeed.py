@@ -354,6 +354,10 @@ def launcher_arguments(plan: PlanToExport, parallel: ParallelConfig, training: T
         args += [("--use-rotary-position-embeddings", None), ("--no-position-embedding", None)]
     if model.mlp_activation is MlpActivation.SWIGLU:
         args += [("--swiglu", None), ("--normalization", "rmsnorm"), ("--disable-bias-linear", None)]
+    if model.mlp_activation is MlpActivation.SQUARED_RELU:
+        # Nemotron-style layers: squared ReLU (ParallelMLP's squared_relu branch, no bias-GeLU
+        # fusion), the default LayerNorm, no biases.
+        args += [("--squared-relu", None), ("--disable-bias-linear", None)]
     if not model.tied_embeddings:
         args.append(("--untie-embeddings-and-output-weights", None))
     if parallel.offload is not Offload.NONE:

@@ -212,8 +212,9 @@ def arguments(plan: PlanToExport, parallel: ParallelConfig) -> list[Argument]:
     args += precision_arguments(training.precision)
     args.append(("--attention-backend", "flash" if training.flash_attention else "unfused"))
     if not training.fused_kernels:
-        gelu = model.mlp_activation is MlpActivation.GELU
-        args += [("--no-bias-gelu-fusion" if gelu else "--no-bias-swiglu-fusion", None),
+        # Megatron-LM's bias_swiglu_fusion governs SwiGLU, bias_gelu_fusion every other activation.
+        swiglu = model.mlp_activation is MlpActivation.SWIGLU
+        args += [("--no-bias-swiglu-fusion" if swiglu else "--no-bias-gelu-fusion", None),
                  ("--no-masked-softmax-fusion", None), ("--no-bias-dropout-fusion", None)]
     return args + model_arguments(plan)
 
@@ -251,6 +252,12 @@ def model_arguments(plan: PlanToExport) -> list[Argument]:
     if model.mlp_activation is MlpActivation.SWIGLU:
         # Llama-style layers: gated MLP, RMSNorm, no biases (as the cost model counts them).
         args += [("--swiglu", None), ("--normalization", "RMSNorm"), ("--disable-bias-linear", None)]
+    if model.mlp_activation is MlpActivation.SQUARED_RELU:
+        # Nemotron-style layers: squared-ReLU MLP, LayerNorm (Megatron-LM's default), no biases.
+        # Without biases validate_args turns bias_gelu_fusion off, as megatron-core needs:
+        # TransformerConfig refuses bias_activation_fusion with any activation but gelu, silu
+        # and quick_gelu (megatron/training/arguments.py and argument_utils.py at d98e8a64ddf3).
+        args += [("--squared-relu", None), ("--disable-bias-linear", None)]
     if not model.tied_embeddings:
         args.append(("--untie-embeddings-and-output-weights", None))
     return args + moe_arguments(model)

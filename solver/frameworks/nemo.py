@@ -161,6 +161,11 @@ def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[st
             out["num_layers_in_last_pipeline_stage"] = last
     if model.mlp_activation is MlpActivation.SWIGLU:
         out.update({"activation": "fast-swiglu", "normalization": "rmsnorm", "bias": False})
+    squared_relu = model.mlp_activation is MlpActivation.SQUARED_RELU
+    if squared_relu:
+        # Nemotron-style layers as NeMo-Framework-Launcher's nemotron configs write them (the
+        # default layernorm; theirs is layernorm1p, the same parameters).
+        out.update({"activation": "squared-relu", "bias": False})
     granularity, method, num_layers = recompute_settings(plan, parallel)
     out.update({
         "activations_checkpoint_granularity": granularity,
@@ -184,7 +189,9 @@ def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[st
         out.update({"transformer_engine": True, "fp4": "e2m1", "fp4_recipe": "nvfp4"})
     out.update({
         "use_flash_attention": training.flash_attention,
-        "bias_activation_fusion": training.fused_kernels,
+        # megatron-core fuses a bias into gelu or swiglu only (TransformerConfig refuses it with
+        # squared ReLU; the Nemotron configs set bias_activation_fusion false).
+        "bias_activation_fusion": training.fused_kernels and not squared_relu,
         "bias_dropout_add_fusion": training.fused_kernels,
         "masked_softmax_fusion": training.fused_kernels,
     })

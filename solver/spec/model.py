@@ -9,8 +9,15 @@ from solver.spec.errors import SpecError
 
 
 class MlpActivation(str, Enum):
-    GELU = "gelu"  # two GEMMs: h -> ffn -> h
-    SWIGLU = "swiglu"  # three GEMMs: gate and up h -> ffn, down ffn -> h
+    """The MLP's activation, and with it the layer style the cost model counts (``ModelSpec.linear_biases``,
+    ``ModelSpec.norm_biases``)."""
+
+    GELU = "gelu"  # two GEMMs: h -> ffn -> h; GPT/BERT-style: biased projections, LayerNorm
+    SWIGLU = "swiglu"  # three GEMMs: gate and up h -> ffn, down ffn -> h; Llama-style: no biases, RMSNorm
+    # relu(x)^2 (So et al. 2021, Primer, arXiv 2109.08668): two GEMMs h -> ffn -> h, as GELU's.
+    # Nemotron-style: no biases (Nemotron-4 15B report, arXiv 2402.16819 Sec 2), LayerNorm
+    # (NeMo-Framework-Launcher's Nemotron configs: normalization layernorm1p).
+    SQUARED_RELU = "squared_relu"
 
 
 class PositionEmbedding(str, Enum):
@@ -116,7 +123,12 @@ class ModelSpec:
                 "model.num_kv_heads",
                 f"num_attention_heads={self.num_attention_heads} is not a multiple of num_kv_heads={self.num_kv_heads}",
             )
-        object.__setattr__(self, "mlp_activation", MlpActivation(self.mlp_activation))
+        try:
+            object.__setattr__(self, "mlp_activation", MlpActivation(self.mlp_activation))
+        except ValueError:
+            raise SpecError(
+                "model.mlp_activation", f"must be one of {', '.join(a.value for a in MlpActivation)}, got {self.mlp_activation!r}"
+            ) from None
         object.__setattr__(self, "architecture", Architecture(self.architecture))
         object.__setattr__(self, "position_embedding", PositionEmbedding(self.position_embedding))
         self._check_experts()
@@ -222,6 +234,21 @@ class ModelSpec:
     def kv_hidden_size(self) -> int:
         """Width of the K and V projections (equal to hidden_size without GQA)."""
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def linear_biases(self) -> bool:
+        """Whether the projections carry biases: GPT/BERT-style GELU layers do; Llama-style SwiGLU
+        layers (Touvron et al. 2023) and Nemotron's squared-ReLU layers do not (Nemotron-4 15B
+        report, arXiv 2402.16819 Sec 2: 'no bias terms'; NeMo-Framework-Launcher's Nemotron
+        configs: ``bias: false``)."""
+        return self.mlp_activation is MlpActivation.GELU
+
+    @property
+    def norm_biases(self) -> bool:
+        """Whether the norms are LayerNorms with a weight and a bias (GELU; squared ReLU: NeMo's
+        Nemotron configs set ``normalization: layernorm1p``, a LayerNorm with zero-centred gamma)
+        rather than RMSNorm's scale alone (SwiGLU)."""
+        return self.mlp_activation is not MlpActivation.SWIGLU
 
     @property
     def mlp_gemm_count(self) -> int:
