@@ -88,6 +88,34 @@ def test_custom_model_errors_name_the_field(api):
     assert problem["errors"] == [{"field": "body.layers", "reason": "is not a known field"}]
 
 
+def test_a_squared_relu_model_is_accepted_and_an_unknown_activation_names_the_field(api):
+    nemotron = api.get("/v1/catalog/models/nemotron3-8b").json()
+    assert (nemotron["mlp_activation"], nemotron["vocab_size"], nemotron["builtin"]) == ("squared_relu", 256000, True)
+    assert "nemotron_8b.yaml" in nemotron["source"]
+
+    name = unique_name("tiny-nemotron")
+    created = api.post("/v1/catalog/models", json=custom_model(name) | {"mlp_activation": "squared_relu", "ffn_hidden_size": 2048})
+    assert created.status_code == 201, created.text
+    assert api.get(f"/v1/catalog/models/{name}").json()["mlp_activation"] == "squared_relu"
+    assert api.delete(f"/v1/catalog/models/{name}").status_code == 204
+
+    for bad in ("relu2", "squared-relu", "SQUARED_RELU", 2):
+        problem = assert_problem(api.post("/v1/catalog/models", json=custom_model(unique_name("m")) | {"mlp_activation": bad}), 422)
+        assert error_fields(problem) == ["body.mlp_activation"], bad
+
+
+def test_a_squared_relu_model_evaluates(api):
+    request = {
+        "model": "nemotron3-8b", "cluster": "dgx-h100-x8", "num_gpus": 8,
+        "training": {"global_batch_size": 32, "seq_length": 4096, "precision": "bf16", "optimizer": "adam"},
+        "parallel": {"dp_size": 4, "tp_size": 2, "pp_size": 1, "zero_stage": 1, "micro_batch_size": 1,
+                     "recompute": "none", "virtual_stages": 1, "sequence_parallel": True},
+    }
+    response = api.post("/v1/evaluations", json=request)
+    assert response.status_code == 200, response.text
+    assert response.json()["feasible"] is True
+
+
 def test_custom_cluster_with_catalog_gpu_and_with_inline_gpu(api):
     name = unique_name("lab")
     body = {
