@@ -134,7 +134,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 # answer (app.core.problems); these paths never touch it, or answer anyway.
 DATABASE_FREE_PATHS = {"/healthz", "/metrics"}
 DATABASE_UNAVAILABLE = {
-    "description": "The database did not answer; retry after Retry-After seconds",
+    "description": "The database did not answer, or is not migrated; retry after Retry-After seconds",
     "headers": {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}},
     "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/ProblemDocument"}}},
 }

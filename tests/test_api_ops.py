@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from app.core.config import Settings
-from conftest import assert_problem, server_settings, start_server
+from conftest import BACKENDS, assert_problem, empty_database, server_settings, start_server
 
 
 def test_healthz(api):
@@ -27,6 +28,30 @@ def test_readyz_is_503_on_a_database_without_migrations(tmp_path):
             assert "partitura db upgrade" in problem["detail"]
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_request_on_a_database_without_migrations_is_a_503_not_a_500(backend, tmp_path):
+    """Issue 17, defect 10: a service started on a database nobody migrated answers 503 with
+    Retry-After, saying to run the migrations, on every operation that needs the database (on
+    Postgres a missing table is a ProgrammingError, which used to be a 500)."""
+    plan = {"model": "gpt3-350m", "cluster": "dgx-a100-80gb-x1", "training": {"global_batch_size": 64, "seq_length": 2048}}
+    with empty_database(backend, tmp_path) as url:
+        server = start_server(server_settings(url))
+        try:
+            with httpx.Client(base_url=server.base_url, timeout=60) as client:
+                for method, path, body in (
+                    ("GET", "/v1/plans", None), ("POST", "/v1/plans", plan), ("GET", "/v1/catalog/models", None),
+                    ("GET", "/v1/profiles", None), ("GET", "/plans", None),
+                ):
+                    response = client.request(method, path, json=body)
+                    problem = assert_problem(response, 503)
+                    assert problem["type"] == "urn:partitura:problem:database-not-migrated", (method, path, problem)
+                    assert "partitura db upgrade" in problem["detail"]
+                    assert response.headers["retry-after"].isdigit()
+                assert client.get("/healthz").status_code == 200
+        finally:
+            server.stop()
 
 
 def test_an_unreachable_database_is_a_503_not_a_500(tmp_path):

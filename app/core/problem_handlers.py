@@ -1,7 +1,7 @@
 """The HTTP side of problem documents (``app.core.problems``): the response a ``Problem`` is
 answered with, and the handlers that turn every error the service can meet (validation, a
-solver ``SpecError``, Starlette's 404/405, a database that does not answer, anything unexpected)
-into one."""
+solver ``SpecError``, Starlette's 404/405, a database that does not answer or is not migrated,
+anything unexpected) into one."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -31,6 +31,22 @@ def problem_response(problem: Problem, request: Request | None = None) -> JSONRe
 
 
 HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+# Seconds a client is asked to wait when the database fails a request.
+DATABASE_RETRY_AFTER_S = 5
+# Postgres's SQLSTATEs for a schema the migrations have not built (yet): undefined table, undefined
+# column, invalid schema name. SQLite says it in the message.
+NOT_MIGRATED_SQLSTATES = frozenset({"42P01", "42703", "3F000"})
+SQLITE_NOT_MIGRATED = ("no such table", "no such column")
+
+
+def not_migrated(error: Exception) -> bool:
+    """Whether a database error says the schema is not (fully) built: a database nobody ran the
+    migrations on, or one at an older revision."""
+    driver_error = getattr(error, "orig", None)
+    if getattr(driver_error, "sqlstate", None) in NOT_MIGRATED_SQLSTATES:
+        return True
+    return str(driver_error).startswith(SQLITE_NOT_MIGRATED)
 
 
 def allowed_methods(app: FastAPI, request: Request) -> list[str]:
@@ -76,11 +92,22 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(OperationalError)
     @app.exception_handler(InterfaceError)
     @app.exception_handler(PoolTimeoutError)
+    @app.exception_handler(ProgrammingError)
     async def _database_down(request: Request, error: Exception) -> JSONResponse:
+        if not_migrated(error):
+            logger.warning("database not migrated on %s %s: %s", request.method, request.url.path, getattr(error, "orig", error))
+            problem = Problem(
+                503, "Database not migrated",
+                "the database's schema is not at the migrations' head; run `partitura db upgrade`",
+                slug="database-not-migrated", headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+            )
+            return problem_response(problem, request)
+        if isinstance(error, ProgrammingError):  # any other: a fault of the service's own SQL
+            return await _unexpected(request, error)
         logger.warning("database unavailable on %s %s: %s", request.method, request.url.path, getattr(error, "orig", error))
         problem = Problem(
             503, "Database unavailable", "the database did not answer; retry shortly", slug="database-unavailable",
-            headers={"Retry-After": "5"},
+            headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
         )
         return problem_response(problem, request)
 
