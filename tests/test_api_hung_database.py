@@ -100,6 +100,15 @@ def test_readiness_and_metrics_answer_while_the_database_hangs(hung_api):
     assert not re.search(r"^partitura_plans\{", scraped.text, re.M)  # unknown, so not exported
 
 
+def test_requests_the_database_failed_are_counted(hung_api):
+    """Issue 17, defect 9: the 503s a database outage causes are counted, by reason."""
+    client, _ = hung_api
+    for _ in range(3):
+        assert client.get("/v1/plans").status_code == 503
+    scraped = client.get("/metrics").text
+    assert re.search(r'^partitura_database_errors_total\{reason="unavailable"\} 3\.0$', scraped, re.M), scraped
+
+
 def test_metrics_say_the_database_is_up_when_it_is(api):
     text = api.get("/metrics").text
     assert re.search(r"^partitura_database_up 1\.0$", text, re.M)

@@ -50,6 +50,8 @@ def test_every_request_on_a_database_without_migrations_is_a_503_not_a_500(backe
                     assert "partitura db upgrade" in problem["detail"]
                     assert response.headers["retry-after"].isdigit()
                 assert client.get("/healthz").status_code == 200
+                scraped = client.get("/metrics").text
+                assert 'partitura_database_errors_total{reason="not-migrated"} 5.0' in scraped, scraped
         finally:
             server.stop()
 

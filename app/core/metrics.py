@@ -51,6 +51,13 @@ class Metrics:
             "1 when the last /metrics scrape could read the database, else 0.",
             registry=self.registry,
         )
+        self.database_errors = Counter(
+            "partitura_database_errors",
+            "Requests answered 503 because the database failed them, by reason (unavailable: it did not"
+            " answer in time or refused; not-migrated: its schema is not at the migrations' head).",
+            ["reason"],
+            registry=self.registry,
+        )
         self.solver_slots_in_use = Gauge(
             "partitura_solver_slots_in_use",
             "Plan requests running or queued in the solver pool.",

@@ -94,7 +94,9 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(PoolTimeoutError)
     @app.exception_handler(ProgrammingError)
     async def _database_down(request: Request, error: Exception) -> JSONResponse:
+        metrics = request.app.state.metrics
         if not_migrated(error):
+            metrics.database_errors.labels(reason="not-migrated").inc()
             logger.warning("database not migrated on %s %s: %s", request.method, request.url.path, getattr(error, "orig", error))
             problem = Problem(
                 503, "Database not migrated",
@@ -104,6 +106,7 @@ def install_handlers(app: FastAPI) -> None:
             return problem_response(problem, request)
         if isinstance(error, ProgrammingError):  # any other: a fault of the service's own SQL
             return await _unexpected(request, error)
+        metrics.database_errors.labels(reason="unavailable").inc()
         logger.warning("database unavailable on %s %s: %s", request.method, request.url.path, getattr(error, "orig", error))
         problem = Problem(
             503, "Database unavailable", "the database did not answer; retry shortly", slug="database-unavailable",
