@@ -24,6 +24,7 @@ from app.core.single_flight import SingleFlight
 from app.core.solver_pool import SolverPool
 from app.core.versions import current_versions
 from app.evaluations.router import router as evaluations_router
+from app.health.probe import DatabaseProbe
 from app.health.router import router as health_router
 from app.jobs.router import router as jobs_router
 from app.jobs.runner import make_runner
@@ -51,6 +52,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings.from_env()
     engine = make_engine(settings.database_url, settings.database_timeout_s)
     pool = SolverPool(settings.solver_workers, settings.solver_queue_depth, settings.retry_after_s)
+    probe = DatabaseProbe(settings.database_url, settings.database_timeout_s)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -60,6 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             jobs.shutdown()
             pool.shutdown()
+            probe.dispose()
             engine.dispose()
 
     app = FastAPI(
@@ -83,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.engine = engine
+    app.state.database_probe = probe  # readiness and metrics (app.health.probe)
     app.state.sessionmaker = make_sessionmaker(engine)
     app.state.solver_pool = pool
     app.state.single_flight = SingleFlight()

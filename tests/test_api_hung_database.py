@@ -14,8 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from sqlalchemy.engine import make_url
 
-from conftest import server_settings, start_server
+from app.core.migrate import upgrade
+from conftest import empty_database, server_settings, start_server
 
 CONCURRENT = 20
 # libpq's connect timeout is at least 2 s; a request that needs the database answers within a
@@ -113,3 +115,102 @@ def test_metrics_say_the_database_is_up_when_it_is(api):
     text = api.get("/metrics").text
     assert re.search(r"^partitura_database_up 1\.0$", text, re.M)
     assert re.search(r'^partitura_plans\{status="succeeded"\} \d+', text, re.M)
+
+
+class FreezingProxy:
+    """A TCP proxy on a loopback port in front of a real database that can be frozen: while
+    frozen it keeps every connection open and passes nothing on, as a database does whose
+    process stopped answering after the service had connected (the pool's connections then
+    hang where a fresh connection would time out)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.frozen = threading.Event()
+        self.stopped = threading.Event()
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.listener.settimeout(0.2)
+        self.port = self.listener.getsockname()[1]
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            self.sockets += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        while True:
+            try:
+                data = source.recv(65536)
+            except OSError:
+                return
+            if not data:
+                sink.close()
+                return
+            while self.frozen.is_set() and not self.stopped.is_set():
+                time.sleep(0.02)
+            try:
+                sink.sendall(data)
+            except OSError:
+                return
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.listener.close()
+        for connection in self.sockets:
+            connection.close()
+
+
+@pytest.fixture
+def frozen_database(tmp_path) -> Iterator[tuple[httpx.Client, FreezingProxy]]:
+    """The service on a migrated Postgres database behind a FreezingProxy (not yet frozen)."""
+    with empty_database("postgres", tmp_path) as url:
+        upgrade(url)
+        proxy = FreezingProxy(make_url(url).port or 5432)
+        proxied = make_url(url).set(port=proxy.port).render_as_string(hide_password=False)
+        server = start_server(server_settings(proxied, database_timeout_s=1.0))
+        try:
+            with httpx.Client(base_url=server.base_url, timeout=120.0) as client:
+                yield client, proxy
+        finally:
+            proxy.frozen.clear()  # let what still waits on the database finish
+            server.stop()
+            proxy.stop()
+
+
+def test_readiness_and_metrics_answer_when_the_database_stops_answering_its_connections(frozen_database):
+    """Issue 17, defect 2: /readyz and /metrics probe with a short timeout. A database that
+    stops answering after the service connected used to hang them for good: each took a pooled
+    connection whose next message never came back (the server-side statement timeout cannot
+    fire in a server that does not run). They probe on a fresh connection of their own, in a
+    thread of their own, and answer within their timeout whatever the probe does."""
+    client, proxy = frozen_database
+    for _ in range(2):  # the service's pool holds connections to the database
+        assert client.get("/readyz").status_code == 200
+        assert client.get("/v1/plans").status_code == 200
+        assert re.search(r"^partitura_database_up 1\.0$", client.get("/metrics").text, re.M)
+    proxy.frozen.set()
+    for _ in range(3):  # again and again: a probe still stuck does not hold up the next answer
+        ready, ready_s = _timed(client, "GET", "/readyz", timeout=30.0)
+        assert ready.status_code == 503 and ready_s < 5.0, (ready.text, ready_s)
+        assert ready.json()["type"].endswith("not-ready")
+        scraped, scraped_s = _timed(client, "GET", "/metrics", timeout=30.0)
+        assert scraped.status_code == 200 and scraped_s < 5.0, scraped_s
+        assert re.search(r"^partitura_database_up 0\.0$", scraped.text, re.M)
+        assert not re.search(r"^partitura_plans\{", scraped.text, re.M)
+        assert _timed(client, "GET", "/healthz", timeout=30.0)[1] < 1.0
+    proxy.frozen.clear()
+    deadline = time.monotonic() + 30
+    while client.get("/readyz").status_code != 200:
+        assert time.monotonic() < deadline, "readiness did not come back with the database"
+        time.sleep(0.2)
+    assert re.search(r"^partitura_database_up 1\.0$", client.get("/metrics").text, re.M)

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import JSON, DateTime, Engine, MetaData, create_engine, event
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
+from sqlalchemy.pool import NullPool
 from sqlalchemy.types import TypeDecorator
 
 from app.core.config import DEFAULT_DATABASE_TIMEOUT_S
@@ -84,6 +85,24 @@ def make_engine(database_url: str, timeout_s: float = DEFAULT_DATABASE_TIMEOUT_S
         connect_args={
             "connect_timeout": max(2, math.ceil(timeout_s)),
             "options": f"-c statement_timeout={int(STATEMENT_TIMEOUT_FACTOR * timeout_s * 1000)}",
+        },
+    )
+
+
+def make_probe_engine(database_url: str, timeout_s: float = DEFAULT_DATABASE_TIMEOUT_S) -> Engine:
+    """An engine for the health probes (``app.health.probe``): no pool, so every probe opens a
+    fresh connection (a pooled one may be stuck on a database that stopped answering), with
+    ``timeout_s`` to connect and to run a statement; SQLite reads without taking the write lock."""
+    if database_url.startswith("sqlite"):
+        return create_engine(
+            database_url, poolclass=NullPool, connect_args={"timeout": timeout_s, "check_same_thread": False}
+        )
+    return create_engine(
+        database_url,
+        poolclass=NullPool,
+        connect_args={
+            "connect_timeout": max(2, math.ceil(timeout_s)),
+            "options": f"-c statement_timeout={max(1, int(timeout_s * 1000))}",
         },
     )
 
