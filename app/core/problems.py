@@ -154,11 +154,17 @@ def unreadable_body(cause: BaseException | None) -> Problem | None:
 
     FastAPI answers a syntax error as a validation error (``json_invalid``, a 422 naming
     ``body``) but any other failure of the parser as a bare 400 that names nothing: bytes that
-    are not UTF-8 text (JSON between systems is UTF-8, RFC 8259 section 8.1) or arrays and
-    objects nested deeper than the parser recurses. Those bodies are as unreadable as a syntax
-    error, so they get the same answer."""
+    are not UTF-8 text (JSON between systems is UTF-8, RFC 8259 section 8.1), arrays and
+    objects nested deeper than the parser recurses, or an integer of more digits than Python
+    converts. Those bodies are as unreadable as a syntax error, so they get the same answer (the
+    service never answers 400)."""
     if isinstance(cause, UnicodeDecodeError):
         return invalid_field("body", f"is not valid JSON (not UTF-8 text: {cause.reason} at byte {cause.start})")
     if isinstance(cause, RecursionError):
         return invalid_field("body", "nests arrays or objects deeper than the service reads")
+    if isinstance(cause, ValueError) and "digits" in str(cause):
+        # Python's int conversion limit (sys.get_int_max_str_digits, 4300 by default).
+        return invalid_field("body", "has a number with more digits than the service reads")
+    if cause is not None:
+        return invalid_field("body", f"is not valid JSON (it could not be read: {type(cause).__name__})")
     return None
