@@ -88,3 +88,19 @@ def test_a_catalog_entry_posted_with_an_unknown_long_gpu_name_is_a_small_answer(
     response = api.post("/v1/catalog/clusters", json=cluster)
     assert response.status_code == 422, response.text
     assert len(response.content) < PROBLEM_MAX_BYTES
+
+
+@pytest.mark.parametrize("field, value", [
+    ("notes", ["measured on a quiet node"] * 10_000),
+    ("measurement", {f"setting_{i}": i for i in range(10_000)}),
+])
+def test_a_profile_with_a_long_list_of_notes_or_settings_is_a_422(api, field, value):
+    """A profile's free-form notes and measurement settings have lengths too: 10,000 of them
+    (a few hundred kB, under the body limit) used to be stored whole."""
+    document = copy.deepcopy(PROFILE_EXAMPLE)
+    document["model"]["name"] = unique_name("long-profile")
+    document[field] = value
+    response = api.post("/v1/profiles", json=document)
+    problem = assert_problem(response, 422)
+    assert f"body.{field}" in error_fields(problem)
+    assert len(response.content) < PROBLEM_MAX_BYTES

@@ -77,6 +77,10 @@ NAME_MAX_CHARS = 128
 DEVICE_MAX_CHARS = 256
 TEXT_MAX_CHARS = 4096
 SIZE_MAX = 2**24
+# Free-form notes and measurement settings a document may carry (the profiler writes one note and
+# a handful of settings), so a document's size is bounded by its layers, not by its comments.
+NOTES_MAX = 64
+MEASUREMENT_KEYS_MAX = 64
 
 
 @dataclass(frozen=True)
@@ -307,6 +311,8 @@ def parse_profile_document(raw: Any) -> ProfileDocument:
     measurement = raw.get("measurement", {})
     if not isinstance(measurement, dict):
         raise SpecError("measurement", "must be an object of plain values (strings, numbers, booleans)")
+    if len(measurement) > MEASUREMENT_KEYS_MAX:
+        raise SpecError("measurement", f"must have at most {MEASUREMENT_KEYS_MAX} settings, got {len(measurement)}")
     for key, value in measurement.items():
         _text(f"measurement.{key}", key)
         if isinstance(value, str):
@@ -318,6 +324,8 @@ def parse_profile_document(raw: Any) -> ProfileDocument:
     notes = raw.get("notes", [])
     if not isinstance(notes, list):
         raise SpecError("notes", "must be a list of strings")
+    if len(notes) > NOTES_MAX:
+        raise SpecError("notes", f"must have at most {NOTES_MAX} notes, got {len(notes)}")
     for index, note in enumerate(notes):
         _text(f"notes[{index}]", note, allow_empty=True, max_chars=TEXT_MAX_CHARS)
     layers_raw = _required("", raw, "layers")
