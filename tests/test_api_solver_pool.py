@@ -180,3 +180,32 @@ def test_retry_after_follows_the_backlog_within_bounds():
 
 def test_the_server_keeps_idle_connections_longer_than_any_retry_after():
     assert keep_alive_s() > RETRY_AFTER_MAX_S
+
+
+def test_an_abandoned_search_is_a_503_with_retry_after_through_http(tmp_path):
+    """Issue 17, defect 1: a search the pool abandons (it overran its deadline, here a grace of
+    1 ms that a newly spawned solver process cannot meet) answers 503 with Retry-After, never
+    500, stores nothing, and the next search runs on a fresh process."""
+    import httpx
+
+    from app.core.migrate import upgrade
+    from conftest import assert_problem, empty_database, server_settings, start_server
+
+    body = {"model": "gpt3-350m", "cluster": "dgx-a100-80gb-x1", "num_gpus": 8,
+            "training": {"global_batch_size": 64, "seq_length": 2048}, "top_k": 1}
+    with empty_database("sqlite", tmp_path) as url:
+        upgrade(url)
+        server = start_server(server_settings(
+            url, solver_workers=1, solver_queue_depth=0, plan_time_budget_s=0.05, solver_grace_s=0.001,
+        ))
+        try:
+            with httpx.Client(base_url=server.base_url, timeout=120) as client:
+                response = client.post("/v1/plans", json=body)
+                problem = assert_problem(response, 503)
+                assert problem["type"] == "urn:partitura:problem:solver-unavailable"
+                assert response.headers["retry-after"].isdigit() and int(response.headers["retry-after"]) >= 1
+                assert client.get("/v1/plans").json()["items"] == []
+                assert 'partitura_solve_duration_seconds_count{outcome="unavailable"} 1.0' in client.get("/metrics").text
+                assert server.app.state.solver_pool.in_use == 0
+        finally:
+            server.stop()
