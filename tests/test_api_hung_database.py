@@ -214,3 +214,32 @@ def test_readiness_and_metrics_answer_when_the_database_stops_answering_its_conn
         assert time.monotonic() < deadline, "readiness did not come back with the database"
         time.sleep(0.2)
     assert re.search(r"^partitura_database_up 1\.0$", client.get("/metrics").text, re.M)
+
+
+def test_a_statement_the_database_does_not_finish_is_cancelled_and_a_503(tmp_path):
+    """Issue 17, defect 2: statements have a timeout. A query stuck behind a lock another
+    session holds (here an ACCESS EXCLUSIVE lock on the plans table) is cancelled by Postgres
+    after the statement timeout (6 x the 1 s database timeout) and answered 503 with
+    Retry-After, instead of waiting as long as the lock is held."""
+    from sqlalchemy import create_engine, text
+
+    with empty_database("postgres", tmp_path) as url:
+        upgrade(url)
+        server = start_server(server_settings(url, database_timeout_s=1.0))
+        locker = create_engine(url)
+        try:
+            with httpx.Client(base_url=server.base_url, timeout=120.0) as client, locker.connect() as holder:
+                assert client.get("/v1/plans").status_code == 200
+                holder.execute(text("LOCK TABLE plans IN ACCESS EXCLUSIVE MODE"))  # held until rollback
+                try:
+                    response, elapsed_s = _timed(client, "GET", "/v1/plans", timeout=30.0)
+                finally:
+                    holder.rollback()
+                assert response.status_code == 503, response.text
+                assert response.headers["retry-after"].isdigit()
+                assert response.json()["type"].endswith("database-unavailable")
+                assert 5.0 < elapsed_s < 15.0, elapsed_s
+                assert client.get("/v1/plans").status_code == 200
+        finally:
+            locker.dispose()
+            server.stop()
