@@ -115,7 +115,8 @@ def _raise_spec_error() -> None:
 
 def test_workers_exit_when_their_server_is_killed(tmp_path):
     """Issue 17, defect 7: after kill -9 of the process that owns the pool, its solver processes
-    exit (the end of their pipe closes) instead of living on as orphans."""
+    exit (the end of their pipe closes) instead of living on as orphans, and so does the
+    resource tracker multiprocessing started beside them."""
     script = tmp_path / "owner.py"
     script.write_text(
         "import time\n"
@@ -133,6 +134,10 @@ def test_workers_exit_when_their_server_is_killed(tmp_path):
     try:
         worker_pids = [int(pid) for pid in owner.stdout.readline().split()]
         assert len(worker_pids) == 2 and all(_alive(pid) for pid in worker_pids)
+        # Every process the owner started: the workers and multiprocessing's resource tracker.
+        children = _children(owner.pid)
+        assert set(worker_pids) < set(children), children
+        worker_pids = children
         owner.send_signal(signal.SIGKILL)
         owner.wait(timeout=30)
         deadline = time.monotonic() + 30
@@ -142,6 +147,20 @@ def test_workers_exit_when_their_server_is_killed(tmp_path):
     finally:
         if owner.poll() is None:
             owner.kill()
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            if parent == pid:
+                found.append(int(entry.name))
+    return found
 
 
 def _alive(pid: int) -> bool:
