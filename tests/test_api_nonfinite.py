@@ -119,3 +119,32 @@ def test_a_search_result_serialises_without_nan_or_infinity():
     result = search(SearchRequest(model, cluster, TrainingSpec(64, 2048, train_tokens=1e18), top_k=2))
     assert result.candidates
     json.dumps(result.to_dict(), allow_nan=False)  # raises on NaN or Infinity
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+def test_the_database_never_stores_nan_or_infinity(database_url, value):
+    """Whatever reaches a JSON column, NaN and Infinity are refused before they are written, on
+    SQLite (which stored them as the non-JSON words Infinity and NaN) as on Postgres (whose JSONB
+    rejects them only after the round trip, a DataError): the serializer's ValueError on both,
+    and nothing stored."""
+    from sqlalchemy import select
+    from sqlalchemy.exc import StatementError
+
+    from app.catalog.models import CustomModel
+    from app.core.db import make_engine, make_sessionmaker, utc_now
+    from conftest import unique_name
+
+    engine = make_engine(database_url)
+    name = unique_name("nonfinite")
+    try:
+        with make_sessionmaker(engine)() as session:
+            session.add(CustomModel(name=name, spec={"hidden_size": value}, created_at=utc_now()))
+            with pytest.raises((StatementError, ValueError)) as refused:
+                session.commit()
+            # SQLAlchemy wraps the serializer's ValueError on SQLite; psycopg raises it as it is.
+            error = refused.value.orig if isinstance(refused.value, StatementError) else refused.value
+            assert isinstance(error, ValueError) and "JSON compliant" in str(error), refused.value
+            session.rollback()
+            assert session.scalars(select(CustomModel).where(CustomModel.name == name)).first() is None
+    finally:
+        engine.dispose()

@@ -7,6 +7,7 @@ SQLite is the default (a file next to the service); Postgres is used through
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import datetime, timezone
 from typing import Any
@@ -68,18 +69,28 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def strict_json(value: Any) -> str:
+    """JSON for the database's JSON columns: NaN and Infinity are refused (ValueError) before a
+    row is written, on every backend. (SQLite stored them as the words NaN and Infinity, which
+    are not JSON; Postgres's JSONB rejects them only after the round trip.)"""
+    return json.dumps(value, allow_nan=False)
+
+
 def make_engine(database_url: str, timeout_s: float = DEFAULT_DATABASE_TIMEOUT_S) -> Engine:
-    """An engine for ``database_url``; SQLite gets foreign keys and serialised write transactions,
-    Postgres a connect timeout, a pool timeout and a statement timeout (``timeout_s``)."""
+    """An engine for ``database_url``, writing JSON that never carries NaN or Infinity; SQLite
+    gets foreign keys and serialised write transactions, Postgres a connect timeout, a pool
+    timeout and a statement timeout (``timeout_s``)."""
     if database_url.startswith("sqlite"):
         engine = create_engine(
             database_url,
+            json_serializer=strict_json,
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False},
         )
         _configure_sqlite(engine)
         return engine
     return create_engine(
         database_url,
+        json_serializer=strict_json,
         pool_pre_ping=True,
         pool_timeout=timeout_s,
         connect_args={
