@@ -92,6 +92,29 @@ def test_a_hung_database_gets_503s_and_never_hangs_the_api(hung_api):
     assert database.accepted  # the service did try the database
 
 
+def test_liveness_answers_at_once_while_hung_requests_fill_the_thread_pool():
+    """Issue 17, defect 2: /healthz touches neither the database nor the thread pool. 45
+    requests (more than the 40 threads FastAPI runs sync endpoints in) each wait several
+    seconds on a database that never answers, at the default database timeout; liveness still
+    answers at once (a sync /healthz waited for a free thread: seconds, 27 s in the issue)."""
+    database = SilentDatabase()
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{database.port}/partitura"
+    server = start_server(server_settings(url))  # the default 5 s database timeout
+    try:
+        with httpx.Client(base_url=server.base_url, timeout=120.0) as client, ThreadPoolExecutor(45) as clients:
+            waiting = [clients.submit(_timed, client, "GET", "/v1/plans") for _ in range(45)]
+            time.sleep(1.0)  # every thread of the pool is taken by a request waiting on the database
+            assert not any(future.done() for future in waiting)
+            liveness, liveness_s = _timed(client, "GET", "/healthz")
+            assert liveness.status_code == 200 and liveness_s < 1.0, liveness_s
+            for future in waiting:
+                response, elapsed_s = future.result(timeout=120)
+                assert response.status_code == 503 and elapsed_s < ANSWER_WITHIN_S, (response.text, elapsed_s)
+    finally:
+        server.stop()
+        database.stop()
+
+
 def test_readiness_and_metrics_answer_while_the_database_hangs(hung_api):
     client, _ = hung_api
     ready, ready_s = _timed(client, "GET", "/readyz")
