@@ -197,8 +197,20 @@ def test_retry_after_follows_the_backlog_within_bounds():
         pool.shutdown()
 
 
-def test_the_server_keeps_idle_connections_longer_than_any_retry_after():
+def test_the_server_keeps_idle_connections_longer_than_any_retry_after(monkeypatch):
+    """Issue 17, defect 6: `partitura serve` (the image's command) gives uvicorn a keep-alive
+    longer than the longest Retry-After, not uvicorn's default 5 s."""
+    import io
+
+    import uvicorn
+
+    from app.cli import main
+
     assert keep_alive_s() > RETRY_AFTER_MAX_S
+    served: dict = {}
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: served.update(kwargs))
+    assert main(["serve", "--port", "8123"], env={}, out=io.StringIO(), err=io.StringIO()) == 0
+    assert served["port"] == 8123 and served["timeout_keep_alive"] == keep_alive_s()
 
 
 def test_an_abandoned_search_is_a_503_with_retry_after_through_http(tmp_path):
