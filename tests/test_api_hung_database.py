@@ -266,3 +266,51 @@ def test_a_statement_the_database_does_not_finish_is_cancelled_and_a_503(tmp_pat
         finally:
             locker.dispose()
             server.stop()
+
+
+def test_a_request_on_a_connection_the_database_stopped_answering_is_a_503(frozen_database):
+    """Issue 17, defect 2: a database that stops answering on connections the service already
+    holds must not hang requests either. The statement timeout is the server's, which no longer
+    runs; the service's own deadline on each database call (7 x the database timeout: past the
+    server's statement timeout, so it never cuts a call a live server would answer) closes
+    the connection, and the request is a 503 with Retry-After instead of waiting for good."""
+    client, proxy = frozen_database
+    for _ in range(2):
+        assert client.get("/v1/plans").status_code == 200
+    proxy.frozen.set()
+    response, elapsed_s = _timed(client, "GET", "/v1/plans", timeout=60.0)
+    assert response.status_code == 503, response.text
+    assert response.headers["retry-after"].isdigit()
+    assert elapsed_s < 20.0, elapsed_s
+    proxy.frozen.clear()
+    deadline = time.monotonic() + 30
+    while client.get("/v1/plans").status_code != 200:
+        assert time.monotonic() < deadline, "the service did not recover with the database"
+        time.sleep(0.2)
+
+
+def test_the_client_deadline_never_cuts_a_call_a_live_database_answers(tmp_path):
+    """The client's deadline on database calls (app.core.db_deadlines) comes after the server's
+    statement timeout: a slow statement the server finishes is answered, one it cancels is its
+    error (not a cut connection), and a call that failed leaves no deadline behind to cut the
+    connection later while it idles or serves the next call."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
+
+    from app.core.db import make_engine
+
+    with empty_database("postgres", tmp_path) as url:
+        engine = make_engine(url, timeout_s=0.3)  # statement timeout 1.8 s, client deadline 2.1 s
+        try:
+            with engine.connect() as connection:
+                backend = connection.execute(text("SELECT pg_backend_pid()")).scalar()
+                assert connection.execute(text("SELECT pg_sleep(1.5), 1")).one()[1] == 1
+                with pytest.raises(OperationalError) as cancelled:
+                    connection.execute(text("SELECT pg_sleep(10)"))
+                assert "statement timeout" in str(cancelled.value)
+                connection.rollback()
+                time.sleep(2.5)  # idle past any deadline the failed call could have left
+                assert connection.execute(text("SELECT pg_backend_pid()")).scalar() == backend
+                connection.commit()
+        finally:
+            engine.dispose()

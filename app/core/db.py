@@ -18,6 +18,7 @@ from sqlalchemy.orm import DeclarativeBase, sessionmaker
 from sqlalchemy.pool import NullPool
 from sqlalchemy.types import TypeDecorator
 
+from app.core import db_deadlines
 from app.core.config import DEFAULT_DATABASE_TIMEOUT_S
 
 # Stable, predictable constraint names so that migrations can address them on every backend
@@ -79,7 +80,8 @@ def strict_json(value: Any) -> str:
 def make_engine(database_url: str, timeout_s: float = DEFAULT_DATABASE_TIMEOUT_S) -> Engine:
     """An engine for ``database_url``, writing JSON that never carries NaN or Infinity; SQLite
     gets foreign keys and serialised write transactions, Postgres a connect timeout, a pool
-    timeout and a statement timeout (``timeout_s``)."""
+    timeout and a statement timeout (``timeout_s``), and a deadline of its own on every call
+    (``app.core.db_deadlines``)."""
     if database_url.startswith("sqlite"):
         engine = create_engine(
             database_url,
@@ -88,7 +90,7 @@ def make_engine(database_url: str, timeout_s: float = DEFAULT_DATABASE_TIMEOUT_S
         )
         _configure_sqlite(engine)
         return engine
-    return create_engine(
+    engine = create_engine(
         database_url,
         json_serializer=strict_json,
         pool_pre_ping=True,
@@ -98,6 +100,10 @@ def make_engine(database_url: str, timeout_s: float = DEFAULT_DATABASE_TIMEOUT_S
             "options": f"-c statement_timeout={int(STATEMENT_TIMEOUT_FACTOR * timeout_s * 1000)}",
         },
     )
+    # The server's statement timeout, then one database timeout more, kept by the client: a
+    # server that stops answering on a pooled connection cannot hold a request for good.
+    db_deadlines.install(engine, (STATEMENT_TIMEOUT_FACTOR + 1) * timeout_s)
+    return engine
 
 
 def make_probe_engine(database_url: str, timeout_s: float = DEFAULT_DATABASE_TIMEOUT_S) -> Engine:
@@ -108,7 +114,7 @@ def make_probe_engine(database_url: str, timeout_s: float = DEFAULT_DATABASE_TIM
         return create_engine(
             database_url, poolclass=NullPool, connect_args={"timeout": timeout_s, "check_same_thread": False}
         )
-    return create_engine(
+    engine = create_engine(
         database_url,
         poolclass=NullPool,
         connect_args={
@@ -116,6 +122,8 @@ def make_probe_engine(database_url: str, timeout_s: float = DEFAULT_DATABASE_TIM
             "options": f"-c statement_timeout={max(1, int(timeout_s * 1000))}",
         },
     )
+    db_deadlines.install(engine, 2 * timeout_s)  # a probe left waiting ends too, and its thread
+    return engine
 
 
 def _configure_sqlite(engine: Engine) -> None:

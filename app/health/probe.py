@@ -1,13 +1,14 @@
-"""How readiness and metrics ask the database: with a deadline that holds whatever the database
-does (issue 17, defect 2).
+"""How readiness and metrics ask the database: with a short deadline that holds whatever the
+database does (issue 17, defect 2).
 
-A request's statement timeout is enforced by the database server, and its connect timeout only
-while connecting; a database that stops answering on connections it already has (its process
-hung, its host frozen) leaves a query on a pooled connection waiting for good. A probe therefore
-opens a fresh connection of its own (``app.core.db.make_probe_engine``) in a thread of its own,
-never the request thread pool, and the endpoint awaits it at most ``timeout_s``. A probe that does
-not come back is left to finish on its own; at most ``MAX_IN_FLIGHT`` do so at once, past which a
-probe fails at once instead of starting another thread that would hang as well.
+A request's database calls end at the server's statement timeout, or at the client's own deadline
+past it (``app.core.db_deadlines``) when the server stops answering: 6 and 7 times the database
+timeout, too long for a probe, which must answer within the database timeout itself. A probe
+therefore opens a fresh connection of its own (``app.core.db.make_probe_engine``: a pooled one may
+be the stuck one) in a thread of its own, never the request thread pool, and the endpoint awaits
+it at most ``timeout_s``. A probe that does not come back by then is left to end at its
+connection's own deadline; at most ``MAX_IN_FLIGHT`` are left so at once, past which a probe fails
+at once instead of starting another thread that would wait as well.
 """
 
 from __future__ import annotations
