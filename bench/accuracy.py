@@ -48,9 +48,11 @@ WORST_TARGET = 0.20
 # precisions, mixture of experts), each kind with its own families.
 NEW_KIND_FAMILY_TARGET = 0.15
 # TrainingSpec fields a run sets beyond its stack's facts: Megatron-core's selective recompute
-# modules (``--recompute-modules``), a per-job choice the recipes state, and the pipeline schedule
-# (DeepSeek-V3's DualPipe, arXiv 2412.19437 Sec 3.2.1).
-RUN_FACTS = ("recompute_modules", "pipeline_schedule")
+# modules (``--recompute-modules``), a per-job choice the recipes state, the pipeline schedule
+# (DeepSeek-V3's DualPipe, arXiv 2412.19437 Sec 3.2.1), the optimizer's moments' dtype
+# (Megatron-core's precision-aware optimizer; DeepSeek-V3 Sec 3.3.3) and the dtype the MoE experts
+# keep their activation function's input in (DeepSeek-V3 Sec 3.3.3).
+RUN_FACTS = ("recompute_modules", "pipeline_schedule", "moments_dtype", "moe_act_input_dtype")
 
 
 @dataclass(frozen=True)

@@ -45,10 +45,23 @@ from solver.cost.moe import MoeMlpCost, ep_comm_exposed_s, moe_mlp_cost
 from solver.cost.profile import LayerKind, LayerProfile, ModelProfile, Origin, ProfileShape
 from solver.spec.hardware import ClusterSpec, GpuSpec
 from solver.spec.model import Architecture, MlpActivation, ModelSpec
-from solver.spec.training import LossDtype, LossKernel, Precision, RecomputeModule, SelectiveRecompute, SpSavedInput, TrainingSpec
+from solver.spec.training import (
+    ActInputDtype,
+    LossDtype,
+    LossKernel,
+    Precision,
+    RecomputeModule,
+    SelectiveRecompute,
+    SpSavedInput,
+    TrainingSpec,
+)
 
 BYTES_16BIT = 2
 BYTES_FP32 = 4
+# Bytes per element an MoE layer's experts keep their activation function's input in
+# (TrainingSpec.moe_act_input_dtype): fc1's 16-bit output, or DeepSeek-V3's FP8 copy (arXiv
+# 2412.19437 Sec 3.3.3; one byte per element, its 1x128 tiles' scales left out).
+MOE_ACT_INPUT_BYTES = {ActInputDtype.HALF: BYTES_16BIT, ActInputDtype.FP8: 1}
 BACKWARD_TO_FORWARD = 2.0  # dgrad + wgrad GEMMs, each as costly as the forward GEMM
 # Element-wise backward kernels read the saved input and the incoming gradient and write one
 # gradient: three tensor passes against the forward's two.
@@ -847,7 +860,7 @@ def analytic_layers(
     if model.is_moe:
         cost = _moe_mlp_cost(
             model, cluster, training.precision, tokens, shape.tp_size, shape.ep_size, _saved_input_bytes(training), training.expert_gemms,
-            shape.expert_tp_size,
+            shape.expert_tp_size, MOE_ACT_INPUT_BYTES[training.moe_act_input_dtype],
         )
         moe_act = RecomputeModule.MOE_ACT in _recompute_modules(training)
         moe_layer = _moe_layer(layer, cost, cluster.gpu, training.precision, training.ep_comm_overlap, moe_act)

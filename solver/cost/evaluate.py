@@ -232,7 +232,7 @@ def _tail(
     )
     step_s = offload_step_s(
         cluster, parallel.offload, parallel.zero_stage, shard, training.optimizer, num_gpus, stage_policy.grad_bytes_per_param,
-        parallel.nvme_offload,
+        parallel.nvme_offload, training.moments_dtype,
     )
     return _Tail(exposed, step_s)
 

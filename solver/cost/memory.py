@@ -1,22 +1,40 @@
 """Memory per GPU of one pipeline stage: model states under ZeRO, activations in flight, reserve.
 
 Sources: Rajbhandari et al. 2020 (ZeRO, arXiv 1910.02054) Sec 3.1 and 5 for model states
-(2 + 2 + K bytes per parameter, K = 12 for mixed-precision Adam); Korthikanti et al. 2022 Sec 4.2
+(2 + 2 + K bytes per parameter, K = 12 for mixed-precision Adam, 8 with bf16 moments: DeepSeek-V3,
+arXiv 2412.19437 Sec 3.3.3); Korthikanti et al. 2022 Sec 4.2
 for the in-flight micro-batches of 1F1B (stage i of p holds p - i) and the interleaved factor
 (1 + (p - 1)/(p * v)) on the first stage; Narayanan et al. 2021 Sec 2.2.
 """
 
 from __future__ import annotations
 
-from solver.spec.training import OptimizerKind, ZeroStage
+from solver.spec.training import MomentsDtype, OptimizerKind, ZeroStage
 
 GIB_BYTES = 2**30
 WEIGHT_BYTES_PER_PARAM = 2  # 16-bit weights used by forward and backward
 GRAD_BYTES_PER_PARAM = 2  # 16-bit gradients (ZeRO paper's 2*Psi)
-OPTIMIZER_BYTES_PER_PARAM = {
-    OptimizerKind.ADAM: 12,  # fp32 master weights + momentum + variance = 4 + 4 + 4
-    OptimizerKind.SGD: 8,  # fp32 master weights + momentum = 4 + 4
+MASTER_BYTES_PER_PARAM = 4  # the optimizer's fp32 master weights, whatever its moments' dtype
+MOMENTS_PER_PARAM = {
+    OptimizerKind.ADAM: 2,  # momentum and variance (exp_avg, exp_avg_sq)
+    OptimizerKind.SGD: 1,  # momentum
 }
+MOMENT_BYTES = {
+    MomentsDtype.FP32: 4,
+    MomentsDtype.BF16: 2,  # Megatron-core's precision-aware optimizer; DeepSeek-V3 Sec 3.3.3
+}
+
+
+def optimizer_bytes_per_param(optimizer: OptimizerKind, moments: MomentsDtype = MomentsDtype.FP32) -> int:
+    """The optimizer's state per parameter (the ZeRO paper's K): fp32 master weights and the
+    moments in ``moments``. Adam: 4 + 4 + 4 = 12 with fp32 moments, 4 + 2 + 2 = 8 with bf16 ones
+    (DeepSeek-V3, arXiv 2412.19437 Sec 3.3.3); SGD with momentum: 4 + 4 = 8, or 4 + 2 = 6."""
+    return MASTER_BYTES_PER_PARAM + MOMENTS_PER_PARAM[optimizer] * MOMENT_BYTES[moments]
+
+
+# With fp32 moments (every stack's default): fp32 master + momentum + variance = 4 + 4 + 4 for
+# Adam, fp32 master + momentum = 4 + 4 for SGD.
+OPTIMIZER_BYTES_PER_PARAM = {kind: optimizer_bytes_per_param(kind) for kind in OptimizerKind}
 # Named reserve. CUDA context, cuBLAS workspaces and NCCL channel buffers take roughly 1 GiB per
 # GPU with PyTorch (PyTorch CUDA-semantics notes: context 300-800 MiB depending on the CUDA
 # version, cuBLAS workspace and NCCL buffers on top).
@@ -55,6 +73,7 @@ AUTOCAST_COPY_BYTES_PER_PARAM = 2
 def model_state_bytes(
     parameter_count: float, zero_stage: ZeroStage, dp_size: int, optimizer: OptimizerKind, pp_size: int = 1,
     grad_bytes_per_param: int = GRAD_BYTES_PER_PARAM, autocast_weights: bool = False, grad_bucket_copy: bool = False,
+    moments: MomentsDtype = MomentsDtype.FP32,
 ) -> dict[str, float]:
     """Weights, gradients and optimizer states of ``parameter_count`` parameters on one GPU.
 
@@ -75,9 +94,11 @@ def model_state_bytes(
     without ``gradient_as_bucket_view``): the reducer's buckets, allocated when DDP wraps the
     model, are a second copy of the gradients (torch/nn/parallel/distributed.py: with the view
     "the saved memory size will be equal to the total gradients size"); replicated gradients only
-    (ZeRO 0).
+    (ZeRO 0). ``moments``: the dtype of the optimizer's moments (``optimizer_bytes_per_param``):
+    with bf16 moments and Megatron's fp32 main gradients, Adam's states add up to 2 + 4 + 8 = 14
+    bytes per parameter unsharded instead of 18.
     """
-    k = OPTIMIZER_BYTES_PER_PARAM[optimizer]
+    k = optimizer_bytes_per_param(optimizer, moments)
     weights = WEIGHT_BYTES_PER_PARAM * parameter_count
     gradients = grad_bytes_per_param * parameter_count
     states = k * parameter_count
@@ -119,14 +140,18 @@ def reserve_bytes(allocated_bytes: float) -> float:
     return RUNTIME_RESERVE_BYTES + FRAGMENTATION_FRACTION * allocated_bytes
 
 
-def optimizer_step_bytes_per_param(optimizer: OptimizerKind) -> int:
+def optimizer_step_bytes_per_param(optimizer: OptimizerKind, moments: MomentsDtype = MomentsDtype.FP32) -> int:
     """HBM traffic of one optimizer step per parameter of the local shard.
 
     Adam: read fp32 master, momentum, variance (12) and the 16-bit gradient (2), write the three
     fp32 tensors (12) and the 16-bit weight (2), plus reading gradients once for the norm used
-    in clipping (2) = 30. SGD with momentum: 8 + 2 + 8 + 2 + 2 = 22.
+    in clipping (2) = 30. SGD with momentum: 8 + 2 + 8 + 2 + 2 = 22. Moments kept in bf16
+    (``moments``) are read and written at 2 bytes each instead of 4: Adam 30 - 8 = 22, SGD 22 - 4
+    = 18 (Transformer Engine's FusedAdam computes in fp32 from the stored dtype).
     """
-    return 30 if optimizer is OptimizerKind.ADAM else 22
+    fp32_moments = 30 if optimizer is OptimizerKind.ADAM else 22
+    narrower = MOMENTS_PER_PARAM[optimizer] * (MOMENT_BYTES[MomentsDtype.FP32] - MOMENT_BYTES[moments])
+    return fp32_moments - 2 * narrower  # each moment read once and written once
 
 
 # Accumulating one micro-batch's 16-bit weight gradients into the fp32 main gradients reads

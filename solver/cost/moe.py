@@ -125,6 +125,7 @@ def ep_comm_exposed_s(comm_s: float, layer_compute_s: float, overlap: bool, slow
 def moe_mlp_cost(
     model: ModelSpec, cluster: ClusterSpec, precision: Precision, tokens: int, tp_size: int, ep_size: int,
     saved_input_bytes: float = BYTES_16BIT, expert_gemms: ExpertGemms = ExpertGemms.GROUPED, expert_tp_size: int | None = None,
+    act_input_bytes: float = BYTES_16BIT,
 ) -> MoeMlpCost:
     """The MoE MLP of one layer on one GPU (see the module docstring); ``tokens`` = b * s / cp;
     the routed experts split over ``expert_tp_size`` ranks (None: tp_size), the router and the
@@ -134,10 +135,15 @@ def moe_mlp_cost(
     ``SharedExpertMLP`` at NVIDIA/Megatron-LM 8f1c2f8ae53b4e3f32c0ae7f397d8b38a675eaa2,
     megatron/core/transformer/moe/experts.py): fc1's input (the dispatched token, h wide), the
     activation function's input (fc1's output: SwiGLU's gate and up, 2 x 2 bytes per inner
-    element; GELU's or squared ReLU's 2) and fc2's input (the activation's output). The two GEMM inputs are kept as
-    ``saved_input_bytes`` per element: 2, or the FP8-family copy Transformer Engine's GEMMs keep
-    (``TrainingSpec.low_precision_saved_inputs``). The router's input is the norm output the dense
-    layer already keeps. ``moe_act`` recompute (``act_output_bytes``, ``act_recompute_s``) drops
+    element; GELU's or squared ReLU's 2) and fc2's input (the activation's output). The two GEMM
+    inputs are kept as ``saved_input_bytes`` per element: 2, or the FP8-family copy Transformer
+    Engine's GEMMs keep (``TrainingSpec.low_precision_saved_inputs``); the activation function's
+    input, routed and shared experts', ``act_input_bytes`` per element: 2, or 1 where the stack
+    caches an FP8 copy (``TrainingSpec.moe_act_input_dtype``: DeepSeek-V3, arXiv 2412.19437 Sec
+    3.3.3; the cast taken as fused into the activation kernel, whose extra 1-byte write per element
+    forward the backward's 1-byte read instead of 2 pays back, so the element-wise bytes are
+    unchanged). The router's input is the norm output the dense layer already keeps. ``moe_act``
+    recompute (``act_output_bytes``, ``act_recompute_s``) drops
     fc2's input and runs the activation again in backward (experts.py
     ``activation_checkpoint.discard_output_and_register_recompute``).
 
@@ -174,10 +180,15 @@ def moe_mlp_cost(
     activation_fn = (6 if gate_up == 2 else 4)  # HBM bytes per inner element: as the dense layer's
     elementwise = activation_fn * (inner_elements - tokens * f) / t + PERMUTE_BYTES_PER_ELEMENT * routed_tokens * h
     g = saved_input_bytes
-    act_input = 2 * gate_up  # fc1's output, 16 bit: SwiGLU's gate and up, GELU's (squared ReLU's) one
+    dense_act_input = BYTES_16BIT * gate_up  # the dense MLP's fc1 output, 16 bit: SwiGLU's gate and up, GELU's (squared ReLU's) one
+    act_input = act_input_bytes * gate_up  # the experts' (TrainingSpec.moe_act_input_dtype)
     # Against the dense MLP's act input and down-projection input (analytic._kept_bytes), which
-    # the MoE MLP replaces; the dense MLP's input (the norm output) stays, as the router's.
-    kept = (act_input + g) * (inner_elements - tokens * f) / t + g * routed_tokens * h + (g * tokens * h if shared else 0)
+    # the MoE MLP replaces; the dense MLP's input (the norm output) stays, as the router's. The
+    # last term takes the dense MLP's act input out at its own 16 bits (0 when the experts keep 16 bits too).
+    kept = (
+        (act_input + g) * (inner_elements - tokens * f) / t + g * routed_tokens * h + (g * tokens * h if shared else 0)
+        + (act_input - dense_act_input) * tokens * f / t
+    )
     act_output = g * routed_tokens * fe / et
     # The dense MLP's TP all-reduce of tokens x h (forward and backward) becomes an all-gather and
     # a reduce-scatter of the routed tokens (k x more rows) inside the expert-TP group, issued by

@@ -76,12 +76,18 @@ memory only (DeepSpeed's cpu_checkpointing), never to NVMe.
 
 from __future__ import annotations
 
-from solver.cost.memory import OPTIMIZER_BYTES_PER_PARAM, WEIGHT_BYTES_PER_PARAM, ZERO3_PREFETCHED_LAYERS
+from solver.cost.memory import (
+    MOMENT_BYTES,
+    MOMENTS_PER_PARAM,
+    WEIGHT_BYTES_PER_PARAM,
+    ZERO3_PREFETCHED_LAYERS,
+    optimizer_bytes_per_param,
+)
 from solver.spec.dimensions import NvmeOffload, Offload
 from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
 from solver.spec.rules import Rule
-from solver.spec.training import OptimizerKind, ZeroStage
+from solver.spec.training import MomentsDtype, OptimizerKind, ZeroStage
 
 # The host's fp32 gradient buffer the CPU optimizer reads (ZeRO-Offload Sec 3: "fp32 ... gradients"
 # on the CPU; DeepSpeed's stage-2 offload accumulates into a pinned fp32 buffer).
@@ -100,7 +106,15 @@ HOST_MEMORY_EFFICIENCY = 0.8
 # variance (12) and the 16-bit copy sent back to the GPU (2) = 30 bytes. It is memory bound on
 # the host (Sec 4.1: vectorisation and tiling bring it to the memory's speed, 5-7x faster than
 # PyTorch's CPU Adam per DeepSpeed's ZeRO-Offload tutorial). SGD: 8 + 4 read, 8 + 2 written = 22.
+# With fp32 moments; ``cpu_optimizer_bytes_per_param`` narrows them.
 CPU_OPTIMIZER_BYTES_PER_PARAM = {OptimizerKind.ADAM: 30, OptimizerKind.SGD: 22}
+
+
+def cpu_optimizer_bytes_per_param(optimizer: OptimizerKind, moments: MomentsDtype = MomentsDtype.FP32) -> int:
+    """Host memory traffic of the CPU optimizer step per parameter: CPU_OPTIMIZER_BYTES_PER_PARAM,
+    each moment read and written in ``moments`` (2 bytes instead of 4 in bf16)."""
+    narrower = MOMENTS_PER_PARAM[optimizer] * (MOMENT_BYTES[MomentsDtype.FP32] - MOMENT_BYTES[moments])
+    return CPU_OPTIMIZER_BYTES_PER_PARAM[optimizer] - 2 * narrower
 
 # --- NVMe (see the module; DeepSpeed edaa722 defaults unless the export writes its own) ---------
 # The fp32 gradients DeepSpeed swaps out beside the optimizer states (OptimizerSwapper
@@ -185,18 +199,22 @@ def offload_buffer_bytes(
 
 
 def host_bytes_per_gpu(
-    optimizer_state_bytes: float, optimizer: OptimizerKind, offload: Offload, nvme: NvmeOffload = NvmeOffload.NONE
+    optimizer_state_bytes: float, optimizer: OptimizerKind, offload: Offload, nvme: NvmeOffload = NvmeOffload.NONE,
+    moments: MomentsDtype = MomentsDtype.FP32,
 ) -> float:
     """Host memory one GPU's offloaded states take, from what its optimizer states would take on
     the GPU (``optimizer_state_bytes``, sharded as ZeRO shards them): those states, the fp32
     gradients of the same shard, and with parameter offload its 16-bit parameters
     (ZeRO-Offload Sec 3: 12 + 4 bytes per parameter on the host; ZeRO-Infinity: + 2). What is on
-    NVMe (``nvme``) leaves only the swappers' pinned buffers in host memory (see the module)."""
+    NVMe (``nvme``) leaves only the swappers' pinned buffers in host memory (see the module).
+    ``moments``: the dtype of the optimizer's moments the states were sized with
+    (``solver.cost.memory.optimizer_bytes_per_param``)."""
     if offload is Offload.NONE:
         return 0.0
-    shard = optimizer_state_bytes / OPTIMIZER_BYTES_PER_PARAM[optimizer]
+    per_param = optimizer_bytes_per_param(optimizer, moments)
+    shard = optimizer_state_bytes / per_param
     if nvme is NvmeOffload.NONE:
-        host = shard * (OPTIMIZER_BYTES_PER_PARAM[optimizer] + HOST_GRAD_BYTES_PER_PARAM)
+        host = shard * (per_param + HOST_GRAD_BYTES_PER_PARAM)
     else:
         host = NVME_OPTIMIZER_SWAP_BUFFERS * NVME_SWAP_BYTES_PER_ELEMENT * min(shard, NVME_SUB_GROUP_ELEMENTS)
     if offloads_params(offload):
@@ -208,15 +226,18 @@ def host_bytes_per_gpu(
 
 
 def nvme_bytes_per_gpu(
-    optimizer_state_bytes: float, optimizer: OptimizerKind, offload: Offload, nvme: NvmeOffload
+    optimizer_state_bytes: float, optimizer: OptimizerKind, offload: Offload, nvme: NvmeOffload,
+    moments: MomentsDtype = MomentsDtype.FP32,
 ) -> float:
     """NVMe one GPU's offloaded states take (nothing without NVMe offload): its shard's optimizer
     states and fp32 gradients, and with the parameters there its 16-bit parameters: 12 + 4 (+ 2)
-    bytes per parameter of the shard for Adam, the states ZeRO-Infinity's NVMe tier holds."""
+    bytes per parameter of the shard for Adam, the states ZeRO-Infinity's NVMe tier holds (8 + 4
+    with bf16 ``moments``)."""
     if offload is Offload.NONE or nvme is NvmeOffload.NONE:
         return 0.0
-    shard = optimizer_state_bytes / OPTIMIZER_BYTES_PER_PARAM[optimizer]
-    per_param = OPTIMIZER_BYTES_PER_PARAM[optimizer] + NVME_GRAD_BYTES_PER_PARAM
+    states_per_param = optimizer_bytes_per_param(optimizer, moments)
+    shard = optimizer_state_bytes / states_per_param
+    per_param = states_per_param + NVME_GRAD_BYTES_PER_PARAM
     if params_on_nvme(nvme):
         per_param += WEIGHT_BYTES_PER_PARAM
     return shard * per_param
@@ -234,12 +255,15 @@ def pcie_s(cluster: ClusterSpec, message_bytes: float) -> float:
     return message_bytes / (_given(cluster.pcie_bytes_per_s) * PCIE_EFFICIENCY)
 
 
-def cpu_optimizer_step_s(cluster: ClusterSpec, shard_parameter_count: float, optimizer: OptimizerKind, num_gpus: int) -> float:
+def cpu_optimizer_step_s(
+    cluster: ClusterSpec, shard_parameter_count: float, optimizer: OptimizerKind, num_gpus: int,
+    moments: MomentsDtype = MomentsDtype.FP32,
+) -> float:
     """The CPU optimizer step over one GPU's ``shard_parameter_count`` parameters, memory bound on
     the host: every GPU of the node steps its shard at once, so each gets its share of the node's
     DRAM bandwidth."""
     share = _given(cluster.host_memory_bytes_per_s) * HOST_MEMORY_EFFICIENCY / gpus_sharing_host(cluster, num_gpus)
-    return CPU_OPTIMIZER_BYTES_PER_PARAM[optimizer] * shard_parameter_count / share
+    return cpu_optimizer_bytes_per_param(optimizer, moments) * shard_parameter_count / share
 
 
 def nvme_share_bytes_per_s(cluster: ClusterSpec, num_gpus: int, write: bool = False) -> float:
@@ -257,7 +281,8 @@ def nvme_s(cluster: ClusterSpec, message_bytes: float, num_gpus: int, write: boo
 
 
 def nvme_step_s(
-    cluster: ClusterSpec, nvme: NvmeOffload, shard_parameter_count: float, optimizer: OptimizerKind, num_gpus: int
+    cluster: ClusterSpec, nvme: NvmeOffload, shard_parameter_count: float, optimizer: OptimizerKind, num_gpus: int,
+    moments: MomentsDtype = MomentsDtype.FP32,
 ) -> float:
     """The step's NVMe traffic for one GPU, which DeepSpeed's default swapper does not overlap
     with the CPU step (see the module): the shard's fp32 gradients written at the accumulation
@@ -265,7 +290,7 @@ def nvme_step_s(
     its new 16-bit parameters) written, each at the GPU's share of the node's bandwidth."""
     if nvme is NvmeOffload.NONE:
         return 0.0
-    states = OPTIMIZER_BYTES_PER_PARAM[optimizer] * shard_parameter_count
+    states = optimizer_bytes_per_param(optimizer, moments) * shard_parameter_count
     grads = NVME_GRAD_BYTES_PER_PARAM * shard_parameter_count
     params = WEIGHT_BYTES_PER_PARAM * shard_parameter_count if params_on_nvme(nvme) else 0.0
     return nvme_s(cluster, states + grads, num_gpus) + nvme_s(cluster, grads + states + params, num_gpus, write=True)
@@ -308,7 +333,7 @@ def offload_exposed_s(
 
 def offload_step_s(
     cluster: ClusterSpec, offload: Offload, zero_stage: ZeroStage, shard_parameter_count: float, optimizer: OptimizerKind,
-    num_gpus: int, grad_bytes_per_param: int, nvme: NvmeOffload = NvmeOffload.NONE,
+    num_gpus: int, grad_bytes_per_param: int, nvme: NvmeOffload = NvmeOffload.NONE, moments: MomentsDtype = MomentsDtype.FP32,
 ) -> float:
     """The step after the last backward for one GPU: its gradient shard copied down where the GPU
     kept the gradients, the CPU optimizer over its shard, then (with only the optimizer
@@ -317,8 +342,8 @@ def offload_step_s(
     optimizer on NVMe, the swaps around the CPU step (``nvme_step_s``)."""
     if offload is Offload.NONE:
         return 0.0
-    step_s = cpu_optimizer_step_s(cluster, shard_parameter_count, optimizer, num_gpus)
-    step_s += nvme_step_s(cluster, nvme, shard_parameter_count, optimizer, num_gpus)
+    step_s = cpu_optimizer_step_s(cluster, shard_parameter_count, optimizer, num_gpus, moments)
+    step_s += nvme_step_s(cluster, nvme, shard_parameter_count, optimizer, num_gpus, moments)
     if not streams_gradients(offload, zero_stage):
         step_s += pcie_s(cluster, grad_bytes_per_param * shard_parameter_count)
     if offloads_params(offload):

@@ -48,7 +48,7 @@ from solver.spec.hardware import GpuSpec
 from solver.spec.legality import stage_layer_counts
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig
-from solver.spec.training import OptimizerKind, Recompute, TrainingSpec, ZeroStage
+from solver.spec.training import MomentsDtype, OptimizerKind, Recompute, TrainingSpec, ZeroStage
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,7 @@ class StagePolicy:
     autocast_weights: bool = False  # fp32 parameters under torch.autocast (TrainingSpec.autocast_weights)
     grad_bucket_copy: bool = False  # DDP's buckets beside the gradients (TrainingSpec.grad_bucket_copy)
     nvme_offload: NvmeOffload = NvmeOffload.NONE  # what of the offloaded states is on NVMe (ParallelConfig.nvme_offload)
+    moments_dtype: MomentsDtype = MomentsDtype.FP32  # the optimizer's moments (TrainingSpec.moments_dtype)
 
     @staticmethod
     def of(gpu: GpuSpec, parallel: ParallelConfig, training: TrainingSpec, num_micro_batches: int) -> "StagePolicy":
@@ -117,6 +118,7 @@ class StagePolicy:
             Recompute.SELECTIVE if parallel.recompute is Recompute.SELECTIVE else Recompute.NONE,
             parallel.pp_size, parallel.expert_dp_size, training.grad_bytes_per_param, parallel.offload,
             parallel.activation_offload_layers, training.autocast_weights, training.grad_bucket_copy, parallel.nvme_offload,
+            training.moments_dtype,
         )
 
     @property
@@ -250,7 +252,7 @@ def state_bytes_per_parameter(parallel: ParallelConfig, training: TrainingSpec) 
     on the GPU."""
     states = model_state_bytes(
         1.0, parallel.zero_stage, parallel.dp_cp_size, training.optimizer, parallel.pp_size, training.grad_bytes_per_param,
-        training.autocast_weights, training.grad_bucket_copy,
+        training.autocast_weights, training.grad_bucket_copy, training.moments_dtype,
     )
     return sum(gpu_model_states(states, parallel.offload, parallel.zero_stage).values())
 
@@ -260,7 +262,7 @@ def expert_state_bytes_per_parameter(parallel: ParallelConfig, training: Trainin
     tp x dp x cp / (ep x etp) ranks that hold the same experts (``ParallelConfig.expert_dp_size``)."""
     states = model_state_bytes(
         1.0, parallel.zero_stage, parallel.expert_dp_size, training.optimizer, parallel.pp_size, training.grad_bytes_per_param,
-        training.autocast_weights, training.grad_bucket_copy,
+        training.autocast_weights, training.grad_bucket_copy, training.moments_dtype,
     )
     return sum(gpu_model_states(states, parallel.offload, parallel.zero_stage).values())
 
@@ -270,7 +272,7 @@ def stage_state_bytes(parameter_count: float, expert_parameter_count: float, pol
     GPU: the routed experts' ``expert_parameter_count`` of them sharded over the expert-data-parallel
     ranks (Megatron-core's distributed optimizer shards expert parameters over its expert
     data-parallel group), the rest over dp x cp."""
-    flags = (policy.grad_bytes_per_param, policy.autocast_weights, policy.grad_bucket_copy)
+    flags = (policy.grad_bytes_per_param, policy.autocast_weights, policy.grad_bucket_copy, policy.moments_dtype)
     states = model_state_bytes(
         parameter_count - expert_parameter_count, policy.zero_stage, policy.dp_size, policy.optimizer, policy.pp_size, *flags
     )
@@ -284,7 +286,7 @@ def optimizer_step_s(gpu: GpuSpec, parameter_count: float, policy: StagePolicy, 
     """The optimizer step over this GPU's shard (ZeRO-1+ shards the optimizer states; a routed
     expert's over the expert-data-parallel ranks)."""
     shard = optimizer_shard_parameter_count(parameter_count, policy, expert_parameter_count)
-    return elementwise_time_s(gpu, optimizer_step_bytes_per_param(policy.optimizer) * shard, kernels=4)
+    return elementwise_time_s(gpu, optimizer_step_bytes_per_param(policy.optimizer, policy.moments_dtype) * shard, kernels=4)
 
 
 def optimizer_shard_parameter_count(parameter_count: float, policy: StagePolicy, expert_parameter_count: float = 0) -> float:
@@ -371,10 +373,10 @@ def stage_cost(
         zero3_gather_buffers=stage_buffer_bytes(largest, params, policy),
     )
     memory = StageMemory(**allocated, reserve=reserve_bytes(sum(allocated.values())))
-    host = host_bytes_per_gpu(held["optimizer_states"], policy.optimizer, policy.offload, policy.nvme_offload) + in_flight * (
+    host = host_bytes_per_gpu(held["optimizer_states"], policy.optimizer, policy.offload, policy.nvme_offload, policy.moments_dtype) + in_flight * (
         sum(offloaded) + sum(moved)
     )
-    nvme = nvme_bytes_per_gpu(held["optimizer_states"], policy.optimizer, policy.offload, policy.nvme_offload)
+    nvme = nvme_bytes_per_gpu(held["optimizer_states"], policy.optimizer, policy.offload, policy.nvme_offload, policy.moments_dtype)
     activation_offload = tuple((layer.forward_s, layer.backward_s, bytes_) for (layer, _), bytes_ in zip(layers, moved)) if any(moved) else ()
     return StageCost(
         time, memory, params, largest, in_flight, any(full for _, full in layers), experts, host, sum(offloaded), activation_offload,

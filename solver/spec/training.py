@@ -33,6 +33,40 @@ class OptimizerKind(str, Enum):
     SGD = "sgd"  # SGD with momentum: fp32 master weights and momentum
 
 
+class MomentsDtype(str, Enum):
+    """The dtype the optimizer keeps its moments in (Adam's first and second, SGD's momentum); its
+    master weights stay fp32 either way (``solver.cost.memory.optimizer_bytes_per_param``).
+
+    FP32: 4 bytes each, every framework's default. BF16: 2 bytes each, Megatron-core's
+    precision-aware optimizer (``--use-precision-aware-optimizer --exp-avg-dtype bf16
+    --exp-avg-sq-dtype bf16``: Transformer Engine's FusedAdam stores ``exp_avg`` and ``exp_avg_sq``
+    in that dtype and computes in fp32, megatron/training/arguments.py and
+    megatron/core/optimizer/optimizer_config.py at NVIDIA/Megatron-LM
+    8f1c2f8ae53b4e3f32c0ae7f397d8b38a675eaa2, Adam and the distributed optimizer only), which
+    Megatron-Bridge's DeepSeek-V3 recipe sets; DeepSeek-V3's own training (arXiv 2412.19437 Sec
+    3.3.3, "Low-Precision Optimizer States": AdamW's first and second moments in BF16, the master
+    weights and the gradients kept for batch accumulation in FP32).
+    """
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+
+
+class ActInputDtype(str, Enum):
+    """The dtype an MoE layer's experts keep their activation function's input in for backward
+    (fc1's output: SwiGLU's gate and up; ``solver.cost.moe``).
+
+    HALF: the 16-bit tensor fc1 wrote (Megatron-core's experts, every catalog stack). FP8: an FP8
+    copy, one byte per element (DeepSeek-V3, arXiv 2412.19437 Sec 3.3.3, "Low-Precision
+    Activation" (2): the inputs of the SwiGLU operator in MoE are cached in FP8 with the
+    fine-grained quantisation of Sec 3.3.2, 1x128 tiles; their scaling factors, one per 128
+    elements, are left out, as the per-tensor scales of the FP8 GEMM inputs are).
+    """
+
+    HALF = "half"
+    FP8 = "fp8"
+
+
 class Recompute(str, Enum):
     NONE = "none"
     SELECTIVE = "selective"  # Korthikanti et al. 2022: recompute the attention core only
@@ -234,6 +268,14 @@ class ExpertGemms(str, Enum):
     PER_EXPERT = "per_expert"
 
 
+def _member(kind: type[Enum], value: object, field: str) -> Enum:
+    """``value`` as a member of ``kind``; a SpecError naming ``field`` and the allowed values if it is none."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise SpecError(field, f"must be one of {', '.join(repr(m.value) for m in kind)}, got {value!r}") from None
+
+
 @dataclass(frozen=True)
 class TrainingSpec:
     """Training settings shared by every configuration of one request.
@@ -309,6 +351,12 @@ class TrainingSpec:
     # The pipeline schedule (``PipelineSchedule``): 1F1B (interleaved with virtual stages) or
     # DeepSeek-V3's DualPipe.
     pipeline_schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
+    # The dtype of the optimizer's moments (``MomentsDtype``): fp32, or bf16 (Megatron-core's
+    # precision-aware optimizer; DeepSeek-V3's training).
+    moments_dtype: MomentsDtype = MomentsDtype.FP32
+    # The dtype the MoE experts keep their activation function's input in (``ActInputDtype``):
+    # 16 bit, or FP8 (DeepSeek-V3's training).
+    moe_act_input_dtype: ActInputDtype = ActInputDtype.HALF
 
     def __post_init__(self) -> None:
         check_positive_int("training.global_batch_size", self.global_batch_size)
@@ -323,6 +371,8 @@ class TrainingSpec:
         object.__setattr__(self, "sp_saved_input", SpSavedInput(self.sp_saved_input))
         object.__setattr__(self, "pipeline_schedule", PipelineSchedule(self.pipeline_schedule))
         object.__setattr__(self, "expert_gemms", ExpertGemms(self.expert_gemms))
+        object.__setattr__(self, "moments_dtype", _member(MomentsDtype, self.moments_dtype, "training.moments_dtype"))
+        object.__setattr__(self, "moe_act_input_dtype", _member(ActInputDtype, self.moe_act_input_dtype, "training.moe_act_input_dtype"))
         try:
             modules = tuple(sorted({RecomputeModule(m) for m in self.recompute_modules}, key=list(RecomputeModule).index))
         except (TypeError, ValueError):
