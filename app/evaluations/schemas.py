@@ -107,6 +107,21 @@ class Training(BaseModel):
             "null: core_attn, megatron-core's default"
         ),
     )
+    # Per-job choices beside the stack's facts (solver.spec.training.MomentsDtype, ActInputDtype).
+    moments_dtype: Literal["fp32", "bf16"] | None = Field(
+        None,
+        description=(
+            "dtype of the optimizer's moments (Adam's exp_avg and exp_avg_sq), master weights staying fp32: bf16 is "
+            "megatron-core's precision-aware optimizer (--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16), as DeepSeek-V3 trained; null: fp32"
+        ),
+    )
+    moe_act_input_dtype: Literal["half", "fp8"] | None = Field(
+        None,
+        description=(
+            "dtype the MoE experts keep their activation function's input (SwiGLU's gate and up) in for backward: fp8 caches an "
+            "FP8 copy as DeepSeek-V3 did (arXiv 2412.19437 Sec 3.3.3); null: half, the 16-bit tensor"
+        ),
+    )
 
 
 Parallel = create_model(

@@ -28,6 +28,10 @@ def resolve_training(training: Training) -> Training:
     return Training.model_validate({**facts, **given, "stack": name})
 
 
+# TrainingSpec fields a request may set that no stack sets (null: the TrainingSpec default).
+RUN_FACTS = ("moments_dtype", "moe_act_input_dtype")
+
+
 def training_spec(training: Training) -> TrainingSpec:
     resolved = resolve_training(training)
     if resolved.recompute_modules and resolved.selective_recompute != "attention":
@@ -44,6 +48,7 @@ def training_spec(training: Training) -> TrainingSpec:
             optimizer=resolved.optimizer,
             train_tokens=resolved.train_tokens,
             **({"recompute_modules": tuple(resolved.recompute_modules)} if resolved.recompute_modules else {}),
+            **{name: getattr(resolved, name) for name in RUN_FACTS if getattr(resolved, name) is not None},
             **{name: getattr(resolved, name) for name in STACK_FACTS},
         )
     except SpecError as error:

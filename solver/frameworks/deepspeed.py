@@ -40,6 +40,8 @@ from solver.frameworks.export import (
     render_shell,
     resplit,
     without_activation_offload,
+    without_bf16_moments,
+    without_fp8_act_input,
 )
 from solver.spec.dimensions import NvmeOffload, Offload
 from solver.spec.legality import offload_zero_stage, uniform_partition
@@ -259,7 +261,13 @@ def exact_config(plan: PlanToExport) -> Nearest:
             f"DeepSpeed and Megatron-DeepSpeed have no {training.precision.value} GEMM setting; bf16 GEMMs take longer",
         ))
         training = replace(training, precision=Precision.BF16)
-    return Nearest(parallel, training, tuple(out))
+    training, moments = without_bf16_moments(
+        training,
+        "the optimizer this ds_config.json configures (DeepSpeed's fp32 optimizer beside its bf16/fp16 engine, or its CPU Adam)"
+        " keeps Adam's moments in fp32",
+    )
+    training, act_input = without_fp8_act_input(plan.model, training, "DeepSpeed-MoE")
+    return Nearest(parallel, training, (*out, *moments, *act_input))
 
 
 def ds_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSpec) -> dict[str, Any]:

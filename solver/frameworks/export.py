@@ -25,7 +25,7 @@ from solver.spec.dimensions import NvmeOffload
 from solver.spec.legality import stage_layer_counts
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig, micro_batch_count
-from solver.spec.training import Recompute, TrainingSpec
+from solver.spec.training import ActInputDtype, MomentsDtype, Recompute, TrainingSpec
 
 # A launcher or program flag and its value: None for a switch, a tuple for a flag taking several
 # values (argparse nargs, e.g. Megatron's --recompute-modules).
@@ -227,6 +227,31 @@ def without_nvme(parallel: ParallelConfig, framework: str) -> tuple[ParallelConf
             f"{framework} has no offload to NVMe (DeepSpeed's ZeRO-3 offload_optimizer / offload_param device nvme):"
             " what the plan keeps on NVMe stays in host memory, which the plan found too small",
         ),
+    )
+
+
+def without_bf16_moments(training: TrainingSpec, reason: str) -> tuple[TrainingSpec, tuple["Difference", ...]]:
+    """For a framework (or a configuration of one) whose optimizer keeps its moments in fp32 only:
+    the same training with fp32 moments (``training.moments_dtype``), more optimizer memory than planned."""
+    if training.moments_dtype is MomentsDtype.FP32:
+        return training, ()
+    return replace(training, moments_dtype=MomentsDtype.FP32), (
+        differs("training.moments_dtype", training.moments_dtype.value, MomentsDtype.FP32.value,
+                f"{reason}: the moments take 4 bytes each, more optimizer memory per GPU than planned"),
+    )
+
+
+def without_fp8_act_input(model: ModelSpec, training: TrainingSpec, framework: str) -> tuple[TrainingSpec, tuple["Difference", ...]]:
+    """For a framework whose MoE experts keep their activation function's input as fc1 wrote it
+    (every exported one: DeepSeek-V3's FP8 cache of the SwiGLU input is its own framework's,
+    arXiv 2412.19437 Sec 3.3.3): the same training with the 16-bit input, more activation memory
+    than planned. Nothing differs for a dense model, which the setting does not touch."""
+    if training.moe_act_input_dtype is ActInputDtype.HALF or not model.is_moe:
+        return training, ()
+    return replace(training, moe_act_input_dtype=ActInputDtype.HALF), (
+        differs("training.moe_act_input_dtype", training.moe_act_input_dtype.value, ActInputDtype.HALF.value,
+                f"{framework}'s experts keep fc1's 16-bit output for the activation function's backward (no FP8 cache of it):"
+                " more activation memory per GPU than planned"),
     )
 
 

@@ -54,13 +54,15 @@ from solver.frameworks.export import (
     full_recompute_counts,
     recompute_form,
     render_shell,
+    without_bf16_moments,
+    without_fp8_act_input,
     without_nvme,
 )
 from solver.spec.dimensions import Offload
 from solver.spec.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding, Router
 from solver.spec.parallel import ParallelConfig
 from solver.spec.rules import Rule, Violation
-from solver.spec.training import DEFAULT_RECOMPUTE_MODULES, Precision, ZeroStage
+from solver.spec.training import DEFAULT_RECOMPUTE_MODULES, MomentsDtype, OptimizerKind, Precision, TrainingSpec, ZeroStage
 
 
 def violations(parallel: ParallelConfig) -> list[Violation]:
@@ -109,7 +111,23 @@ def exact_config(plan: PlanToExport) -> Nearest:
         ))
         parallel = replace(parallel, zero_stage=ZeroStage.OS)
     parallel, recompute = exact_recompute(plan, parallel)
-    return Nearest(parallel, plan.training, (*out, *recompute))
+    training = plan.training
+    if plan.training.optimizer is not OptimizerKind.ADAM or not distributed_optimizer(parallel):
+        # megatron/core/optimizer/optimizer_config.py at 8f1c2f8ae: '--use-precision-aware-optimizer
+        # only supported with adam' and 'only supported with distributed optimizer'.
+        training, moments = without_bf16_moments(
+            training, "megatron-core's precision-aware optimizer (bf16 exp_avg / exp_avg_sq) runs with Adam and the distributed optimizer only",
+        )
+        out += moments
+    training, act_input = without_fp8_act_input(plan.model, training, "megatron-core")
+    return Nearest(parallel, training, (*out, *recompute, *act_input))
+
+
+def distributed_optimizer(parallel: ParallelConfig) -> bool:
+    """Whether the launch uses megatron-core's distributed optimizer (``--use-distributed-optimizer``):
+    ZeRO-1, Megatron-FSDP (ZeRO-2/3), or any offload (at one rank, with offload, ZeRO-0 and ZeRO-1
+    are one plan)."""
+    return parallel.zero_stage == ZeroStage.OS or parallel.offload is not Offload.NONE or fsdp_strategy(parallel.zero_stage) is not None
 
 
 def exact_recompute(plan: PlanToExport, parallel: ParallelConfig) -> tuple[ParallelConfig, tuple[Difference, ...]]:
@@ -158,10 +176,12 @@ def pipeline_layout(layers: tuple[int, ...]) -> str:
     return "|".join(segments)
 
 
-def arguments(plan: PlanToExport, parallel: ParallelConfig) -> list[Argument]:
-    """``pretrain_gpt.py`` arguments for an exact configuration (data, tokenizer, optimizer and
-    checkpoint arguments are the user's)."""
-    model, training = plan.model, plan.training
+def arguments(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSpec | None = None) -> list[Argument]:
+    """``pretrain_gpt.py`` arguments for an exact configuration and its training settings
+    (``training``; None: the plan's). Data, tokenizer, learning-rate and checkpoint arguments are
+    the user's."""
+    model = plan.model
+    training = plan.training if training is None else training
     tp, pp = parallel.tp_size, parallel.pp_size
     args: list[Argument] = [("--tensor-model-parallel-size", str(tp)), ("--pipeline-model-parallel-size", str(pp))]
     if parallel.cp_size > 1:
@@ -191,8 +211,8 @@ def arguments(plan: PlanToExport, parallel: ParallelConfig) -> list[Argument]:
     if method is not None:
         args += [("--recompute-method", method), ("--recompute-num-layers", str(num_layers))]
     strategy = fsdp_strategy(parallel.zero_stage)
-    if parallel.zero_stage == ZeroStage.OS or parallel.offload is not Offload.NONE or strategy is not None:
-        args.append(("--use-distributed-optimizer", None))  # at one rank, with offload, ZeRO-0 and ZeRO-1 are one plan
+    if distributed_optimizer(parallel):
+        args.append(("--use-distributed-optimizer", None))
     if strategy is not None:
         # Megatron-FSDP as megatron-core's user guide launches it (see the module).
         args += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", strategy),
@@ -201,6 +221,12 @@ def arguments(plan: PlanToExport, parallel: ParallelConfig) -> list[Argument]:
         # megatron-core OptimizerConfig: every optimizer state and its step on the CPU
         # (HybridDeviceOptimizer), which Megatron-LM runs with the precision-aware optimizer.
         args += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", "1.0"), ("--use-precision-aware-optimizer", None)]
+    if training.moments_dtype is MomentsDtype.BF16:
+        # Transformer Engine's FusedAdam keeps Adam's moments in bf16 (megatron-core OptimizerConfig
+        # exp_avg_dtype / exp_avg_sq_dtype, read only with the precision-aware optimizer).
+        if parallel.offload is Offload.NONE:
+            args.append(("--use-precision-aware-optimizer", None))
+        args += [("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
     if parallel.activation_offload_layers:
         # Transformer Engine's CPU offload of the first N layers' activations (validate_args
         # turns cpu_offloading on; weights stay on the GPU by default).
@@ -326,11 +352,11 @@ def export(plan: PlanToExport) -> Export:
     # gathers run beside compute on other streams).
     fsdp = fsdp_strategy(parallel.zero_stage) is not None
     environment = ["unset CUDA_DEVICE_MAX_CONNECTIONS"] if fsdp else ["export CUDA_DEVICE_MAX_CONNECTIONS=1"] if parallel.tp_size > 1 else []
-    text = render_shell(program, torchrun(plan), arguments(plan, parallel), header, environment)
+    text = render_shell(program, torchrun(plan), arguments(plan, parallel, nearest.training), header, environment)
     notes = (
         f"vocabulary of {plan.model.vocab_size} tokens: pass your tokenizer (Megatron pads it to a multiple of 128 x tp)",
     )
     return Export(
-        ExportFormat.MEGATRON, not differences, parallel, plan.training, differences,
+        ExportFormat.MEGATRON, not differences, parallel, nearest.training, differences,
         (LaunchFile(program.replace(".py", ".sh"), "text/x-shellscript", text),), notes,
     )

@@ -31,6 +31,8 @@ from solver.frameworks.export import (
     differs,
     recompute_form,
     resplit,
+    without_bf16_moments,
+    without_fp8_act_input,
     without_nvme,
 )
 from solver.frameworks.megatron import exact_recompute, recompute_settings
@@ -116,7 +118,13 @@ def exact_config(plan: PlanToExport) -> Nearest:
         stage_layers = None if split == uniform_partition(n, chunks) else split
         parallel = resplit(parallel, recompute_form(plan, parallel), stage_layers, parallel.virtual_stages)
     parallel, recompute = exact_recompute(plan, parallel)
-    return Nearest(parallel, plan.training, (*out, *recompute))
+    training, moments = without_bf16_moments(
+        plan.training,
+        "the model.optim this export writes (apex's distributed_fused_adam, fused_adam) is not megatron-core's"
+        " precision-aware optimizer and keeps Adam's moments in fp32 (the Megatron-LM export writes --exp-avg-dtype bf16)",
+    )
+    training, act_input = without_fp8_act_input(plan.model, training, "NeMo (megatron-core)")
+    return Nearest(parallel, training, (*out, *recompute, *moments, *act_input))
 
 
 def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[str, YamlValue]]:
@@ -241,6 +249,6 @@ def export(plan: PlanToExport) -> Export:
     text = render_yaml(overrides(plan, parallel), optimizer_overrides(plan, parallel), header)
     notes = (f"set model.tokenizer and model.data (vocabulary of {plan.model.vocab_size} tokens)",)
     return Export(
-        ExportFormat.NEMO, not differences, parallel, plan.training, differences,
+        ExportFormat.NEMO, not differences, parallel, nearest.training, differences,
         (LaunchFile("nemo_overrides.yaml", "application/yaml", text),), notes,
     )

@@ -32,6 +32,8 @@ from solver.frameworks.export import (
     full_recompute_counts,
     recompute_form,
     without_activation_offload,
+    without_bf16_moments,
+    without_fp8_act_input,
     without_nvme,
 )
 from solver.spec.dimensions import Offload
@@ -152,7 +154,11 @@ def exact_config(plan: PlanToExport) -> Nearest:
             "torchtitan's quantized linears (torchao) run MXFP8, not NVFP4; MXFP8 GEMMs run at half NVFP4's peak",
         ))
         training = replace(training, precision=Precision.MXFP8)
-    return Nearest(parallel, training, tuple(out))
+    training, moments = without_bf16_moments(
+        training, "torchtitan's AdamW keeps its moments in the dtype of the parameters it steps, FSDP2's fp32 shards",
+    )
+    training, act_input = without_fp8_act_input(plan.model, training, "torchtitan")
+    return Nearest(parallel, training, (*out, *moments, *act_input))
 
 
 def model_parts(plan: PlanToExport, parallel: ParallelConfig) -> list[list[str]]:
