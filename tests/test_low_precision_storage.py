@@ -1,7 +1,8 @@
 """DeepSeek-V3's low-precision storage (arXiv 2412.19437 Sec 3.3.3) as request facts a user can set:
 the optimizer's moments in bf16 (``training.moments_dtype``: Megatron-core's precision-aware
 optimizer) and the MoE experts' activation-function input cached in FP8
-(``training.moe_act_input_dtype``). Expected values are worked out here from the definitions:
+(``training.moe_act_input_dtype``), and the bench rows that state them with the SwiGLU
+recomputation of the same paragraph (Megatron-core's ``moe_act`` module). Expected values are worked out here from the definitions:
 fp32 master weights (4 bytes) and moments of 4 or 2 bytes each, SwiGLU's gate and up kept at 2 or
 1 byte per element."""
 
@@ -12,16 +13,32 @@ import dataclasses
 import pytest
 
 import catalog
+from bench.accuracy import _candidates, _cluster_for, _model_for, load_inputs, load_moe_records, record_settings, training_for
 from solver.cost.analytic import analytic_profile
 from solver.cost.evaluate import evaluate
-from solver.cost.memory import OPTIMIZER_BYTES_PER_PARAM, model_state_bytes, optimizer_bytes_per_param, optimizer_step_bytes_per_param
+from solver.cost.memory import (
+    GIB_BYTES,
+    OPTIMIZER_BYTES_PER_PARAM,
+    model_state_bytes,
+    optimizer_bytes_per_param,
+    optimizer_step_bytes_per_param,
+)
 from solver.cost.moe import EXPERT_LOAD_FACTOR, moe_mlp_cost
 from solver.cost.offload import CPU_OPTIMIZER_BYTES_PER_PARAM, cpu_optimizer_bytes_per_param, host_bytes_per_gpu
 from solver.cost.profile import ProfileShape
 from solver.spec.dimensions import Offload
 from solver.spec.errors import SpecError
 from solver.spec.parallel import ParallelConfig
-from solver.spec.training import ActInputDtype, MomentsDtype, OptimizerKind, Precision, Recompute, TrainingSpec, ZeroStage
+from solver.spec.training import (
+    ActInputDtype,
+    MomentsDtype,
+    OptimizerKind,
+    Precision,
+    Recompute,
+    RecomputeModule,
+    TrainingSpec,
+    ZeroStage,
+)
 
 MASTER = 4  # fp32 master weights
 FP32, BF16 = 4, 2  # bytes per moment
@@ -126,3 +143,55 @@ def test_the_fp8_act_input_leaves_dense_layers_and_dense_models_alone():
     dense = catalog.get_model("llama2-70b")
     dense_shape = ProfileShape(tp_size=8, micro_batch_size=1, sequence_parallel=True)
     assert analytic_profile(dense, cluster, fp8, dense_shape) == analytic_profile(dense, cluster, half, dense_shape)
+
+
+# --------------------------------------------------------------------------- the DeepSeek-V3 report row
+
+
+def _report_row():
+    inputs = load_inputs()
+    record = next(r for r in load_moe_records() if r["id"] == "moe-deepseekv3-report-2048gpu")
+    settings = record_settings(record, inputs)
+    model = _model_for(record, settings)
+    training = training_for(record, settings, model, padded=False)
+    parallel = next(iter(_candidates(record, settings, model, training.global_batch_size)))
+    return settings, model, _cluster_for(record, settings), training, parallel, record["cluster"]["gpus"]
+
+
+def test_the_report_row_states_the_sec_3_3_3_storage():
+    settings, _, _, training, _, _ = _report_row()
+    assert training.moments_dtype is MomentsDtype.BF16 and training.moe_act_input_dtype is ActInputDtype.FP8
+    assert RecomputeModule.MOE_ACT in training.recompute_modules
+    assert training.grad_bytes_per_param == 4  # gradients for batch accumulation stay FP32
+    assert "Sec 3.3.3" in settings["why"] and "cache the inputs of the SwiGLU operator" in settings["why"]
+
+
+def test_the_report_row_fits_the_h800_with_its_peak_per_stage():
+    """1F1B's memory (DualPipe's 2x parameters and PP + 1 micro-batches are docs/wip's patch): with
+    the SwiGLU input kept in FP8 and its output recomputed, bf16 moments and fp32 gradients, the
+    first stage (the embedding's fp32 gradients, 16 micro-batches) peaks at 66.0 GiB of the H800's
+    79.6 and the second (15 micro-batches of 4 MoE layers) at 62.3; without any of the four the
+    second was the busiest, at 76.1."""
+    _, model, cluster, training, parallel, gpus = _report_row()
+    assert parallel.micro_batch_size == 1
+    ev = evaluate(model, cluster, training, parallel, num_gpus=gpus)
+    peaks = [stage.memory_bytes.peak_bytes / GIB_BYTES for stage in ev.stages]
+    assert ev.feasible and max(peaks) < cluster.gpu.memory_bytes / GIB_BYTES
+    assert max(peaks) == pytest.approx(peaks[0]) and peaks[0] == pytest.approx(66.0, abs=0.05)
+    assert peaks[1] == pytest.approx(62.3, abs=0.05)
+    without = dataclasses.replace(
+        training, moments_dtype="fp32", moe_act_input_dtype="half", grad_reduce="half",
+        recompute_modules=tuple(m for m in training.recompute_modules if m is not RecomputeModule.MOE_ACT),
+    )
+    before = [stage.memory_bytes.peak_bytes / GIB_BYTES for stage in evaluate(model, cluster, without, parallel, num_gpus=gpus).stages]
+    assert max(before) == pytest.approx(before[1]) and before[1] == pytest.approx(76.1, abs=0.05)
+
+
+def test_the_megatron_bridge_deepseek_rows_keep_bf16_moments():
+    inputs = load_inputs()
+    source = inputs["sources"]["moe-mbridge"]
+    assert source["moments_dtype"] == "bf16" and "exp_avg_dtype" in source["why"]
+    for record in load_moe_records():
+        settings = record_settings(record, inputs)
+        if settings["family"] == "mbridge-moe":
+            assert training_for(record, settings, _model_for(record, settings)).moments_dtype is MomentsDtype.BF16

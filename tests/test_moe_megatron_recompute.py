@@ -143,6 +143,7 @@ def test_bench_runs_say_which_modules_they_recompute_and_whether_they_train_mtp(
         if record["model"]["catalog"] == "deepseek-v3":
             mtp[record["id"]] = model.mtp_num_layers
     assert modules["moe-mbridge2509-h100-deepseek-v3-1024gpu-fp8"] == ("mla_up_proj", "mlp")
-    assert modules["moe-deepseekv3-report-2048gpu"] == ("layernorm", "mla_up_proj")
+    # Sec 3.2.3 (RMSNorm, MLA up-projections) and Sec 3.3.3 (the MoE SwiGLU's output, from its cached input).
+    assert modules["moe-deepseekv3-report-2048gpu"] == ("layernorm", "mla_up_proj", "moe_act")
     assert modules["moe-mbridge2602-gb300-deepseek-v3-256gpu-mxfp8"] == ("mla_up_proj",)
     assert {run for run, depth in mtp.items() if depth == 0} == {run for run in mtp if "wo-mtp" in run}
