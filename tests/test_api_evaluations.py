@@ -211,6 +211,12 @@ def test_a_measured_profile_drives_the_evaluation(api):
 
     problem = assert_problem(api.post("/v1/evaluations", json=request | {"profile_id": "no-such-profile"}), 422)
     assert error_fields(problem) == ["body.profile_id"]
+    # Profile ids are opaque: a prefix of a stored one suggests nothing, here or on GET (issue 17).
+    prefix = profile.json()["id"][:8]
+    problem = assert_problem(api.post("/v1/evaluations", json=request | {"profile_id": prefix}), 422)
+    assert "suggestions" not in problem and profile.json()["id"] not in str(problem)
+    problem = assert_problem(api.get(f"/v1/profiles/{prefix}"), 404)
+    assert problem["suggestions"] == [] and profile.json()["id"] not in str(problem)
     other_model = request | {"model": "gpt3-1.3b", "profile_id": profile.json()["id"]}
     problem = assert_problem(api.post("/v1/evaluations", json=other_model), 422)
     assert error_fields(problem) == ["body.profile_id"] and "num_layers" in problem["detail"]

@@ -163,6 +163,10 @@ def test_list_parameter_errors(api):
 def test_delete_and_unknown_plans(api):
     model = small_model(api)
     plan = api.post("/v1/plans", json=plan_body(model=model)).json()
+    # Plan ids are opaque: a prefix of a stored one is a 404 that suggests no id (issue 17: the
+    # 404 listed real plan ids to whoever asked).
+    problem = assert_problem(api.get(f"/v1/plans/{plan['id'][:8]}"), 404)
+    assert problem["suggestions"] == [] and plan["id"] not in str(problem)
     assert api.delete(f"/v1/plans/{plan['id']}").status_code == 204
     problem = assert_problem(api.get(f"/v1/plans/{plan['id']}"), 404)
     assert plan["id"] in problem["detail"]

@@ -76,15 +76,5 @@ def best_candidates(session: Session, plan_ids: list[str]) -> dict[str, dict[str
     return {row.plan_id: {"parallel": row.parallel, "tokens_per_s": row.tokens_per_s} for row in rows}
 
 
-def ids_starting_with(session: Session, prefix: str, limit: int = 3, access: Access = ANYONE) -> list[str]:
-    """Up to ``limit`` ids of plans ``access`` may see that start with ``prefix`` (never
-    another owner's: a suggestion would tell that the plan exists)."""
-    if not prefix:
-        return []
-    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    query = access.visible(select(Plan.id).where(Plan.id.like(f"{escaped}%", escape="\\")), Plan.owner_token_id)
-    return list(session.scalars(query.order_by(Plan.id).limit(limit)))
-
-
 def count_by_status(session: Session) -> dict[str, int]:
     return {status: count for status, count in session.execute(select(Plan.status, func.count()).group_by(Plan.status))}

@@ -182,9 +182,9 @@ def _search_and_add(
 
 
 def _unknown_plan(session: Session, plan_id: str, access: Access) -> Problem:
-    """A 404; another owner's plan is answered exactly as an unknown one, and the suggestions
-    are only plans the caller may see."""
-    return not_found("plan", plan_id, repository.ids_starting_with(session, plan_id[:8], access=access))
+    """A 404; another owner's plan is answered exactly as an unknown one. Plan ids are opaque:
+    the 404 suggests none (a prefix search would hand out ids to whoever asks, issue 17)."""
+    return not_found("plan", plan_id)
 
 
 def get_plan(session: Session, plan_id: str, access: Access = ANYONE) -> schemas.Plan:

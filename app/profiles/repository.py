@@ -11,8 +11,6 @@ from app.core.ownership import ANYONE, Access
 from app.core.pagination import newest_first_after
 from app.profiles.models import Profile
 
-SUGGESTIONS = 3
-
 
 def get(session: Session, profile_id: str, access: Access = ANYONE) -> Profile | None:
     """The profile ``profile_id`` if ``access`` may see it (another owner's is None, as an unknown one)."""
@@ -40,12 +38,3 @@ def page(
         query = query.where(Profile.model_name == model)
     return list(session.scalars(newest_first_after(query, Profile, after, limit)))
 
-
-def ids_starting_with(session: Session, prefix: str, access: Access = ANYONE) -> list[str]:
-    """Up to three ids of profiles ``access`` may see sharing ``prefix`` (suggestions for a
-    mistyped id; never another owner's)."""
-    if not prefix:
-        return []
-    query = select(Profile.id).where(Profile.id.startswith(prefix, autoescape=True)).order_by(Profile.id)
-    query = access.visible(query, Profile.owner_token_id)
-    return list(session.scalars(query.limit(SUGGESTIONS)))

@@ -74,7 +74,7 @@ def create_profile(session: Session, raw: Any, access: Access = ANYONE) -> dict[
 
 
 def _unknown(session: Session, profile_id: str, access: Access) -> Problem:
-    return not_found("profile", profile_id, repository.ids_starting_with(session, profile_id[:8], access))
+    return not_found("profile", profile_id)  # opaque ids: no suggestions
 
 
 def get_profile(session: Session, profile_id: str, access: Access = ANYONE) -> dict[str, Any]:
@@ -118,8 +118,7 @@ def measured_profile(
     """
     row = repository.get(session, profile_id, access)
     if row is None:
-        suggestions = repository.ids_starting_with(session, profile_id[:8], access)
-        raise invalid_field(field, f"no profile with id {profile_id!r}", suggestions or None)
+        raise invalid_field(field, f"no profile with id {profile_id!r}")  # opaque ids: no suggestions
     document = parse_profile_document(row.document)
     for name in SHAPE_FIELDS:
         measured, planned = getattr(document.model, name), getattr(model, name)

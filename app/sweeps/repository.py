@@ -20,11 +20,3 @@ def add(session: Session, sweep: Sweep) -> None:
     session.add(sweep)
     session.flush()
 
-
-def ids_starting_with(session: Session, prefix: str, limit: int = 3, access: Access = ANYONE) -> list[str]:
-    """Up to ``limit`` ids of sweeps ``access`` may see that start with ``prefix`` (never another owner's)."""
-    if not prefix:
-        return []
-    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    query = access.visible(select(Sweep.id).where(Sweep.id.like(f"{escaped}%", escape="\\")), Sweep.owner_token_id)
-    return list(session.scalars(query.order_by(Sweep.id).limit(limit)))

@@ -354,7 +354,7 @@ def create_sweep(
 def _stored(session: Session, sweep_id: str, access: Access) -> Sweep:
     sweep = repository.get(session, sweep_id, access)
     if sweep is None:
-        raise not_found("sweep", sweep_id, repository.ids_starting_with(session, sweep_id[:8], access=access))
+        raise not_found("sweep", sweep_id)  # opaque ids: no suggestions
     return sweep
 
 
