@@ -15,10 +15,18 @@ import catalog
 from solver.cost.analytic import analytic_profile
 from solver.cost.profile import ProfileShape
 from solver.partition.chain import solve_chain, sorted_unique
+from solver.partition.fast import solve_fast
 from solver.partition.fixed import fixed_partition, stage_cost
-from solver.partition.problem import PartitionProblem, partition_problem, stage_memory_kib
+from solver.partition.problem import INFEASIBLE_NS, PartitionProblem, partition_problem, stage_memory_kib
 from solver.partition.solve import solve
-from solver.partition.tail import _max_end, _reachable, _reaches_end, identical_tail_start, solve_tail
+from solver.partition.tail import (
+    _max_end,
+    _reachable,
+    _reaches_end,
+    identical_tail_start,
+    solve_tail,
+    tail_bottleneck_lower_bound_ns,
+)
 from solver.spec.parallel import ParallelConfig
 from solver.spec.training import Recompute, TrainingSpec, ZeroStage
 from tests.test_partition import _brute_force, _key, random_problem
@@ -115,6 +123,53 @@ def test_deepseek_v3_partitions_through_the_tail_as_the_chain_program_would():
         assert identical_tail_start(problem) == model.first_dense_layers
         solution = solve(problem)
         assert solution == solve_chain(problem)
+
+
+def test_tail_bound_never_exceeds_the_optimal_bottleneck():
+    """The search prunes a shape when the identical tail's relaxation already loses
+    (``tail_bottleneck_lower_bound_ns``): it must never exceed the exact optimum (nor any fixed
+    partition's bottleneck), say infeasible only where nothing fits, and equal the optimum where
+    every layer is identical (the relaxation then is the fast path's own problem)."""
+    rng = random.Random(43)
+    feasible = tight = infeasible = 0
+    for _ in range(600):
+        layers = rng.randint(2, 24)
+        stages = rng.randint(2, min(layers, 8))
+        problem = head_then_tail(rng, layers, stages, rng.randint(0, min(layers - 1, 5)))
+        bound = tail_bottleneck_lower_bound_ns(problem)
+        optimum = solve_chain(problem)
+        if optimum is None:
+            infeasible += bound == INFEASIBLE_NS
+            continue
+        feasible += 1
+        assert bound <= optimum.stage_time_ns
+        tight += bound == optimum.stage_time_ns
+        counts = sorted(rng.sample(range(1, layers), stages - 1))
+        fixed = fixed_partition(problem, tuple(b - a for a, b in zip([0, *counts], [*counts, layers])))
+        assert fixed is None or bound <= fixed.stage_time_ns
+    assert feasible >= 200 and tight >= 50 and infeasible >= 50
+    for _ in range(200):
+        layers = rng.randint(2, 24)
+        problem = random_problem(rng, layers, rng.randint(2, min(layers, 8)), identical=True)
+        optimum = solve_fast(problem)
+        if optimum is not None:
+            assert tail_bottleneck_lower_bound_ns(problem) == optimum.stage_time_ns
+
+
+def test_tail_bound_on_deepseek_v3_problems():
+    """DeepSeek-V3's problems (3 dense layers, 58 MoE): the relaxation is below the tail solver's
+    optimum and within a few percent of it (it is what prunes most MoE shapes in the search)."""
+    model = catalog.get_model("deepseek-v3")
+    cluster = catalog.get_cluster("hgx-h800-x256")
+    training = TrainingSpec(15360, 4096)
+    for tp, etp, ep, pp, mb in ((1, None, 8, 16, 1), (2, 1, 8, 16, 1), (4, 1, 16, 8, 2), (2, None, 8, 32, 1)):
+        profile = analytic_profile(model, cluster, training, ProfileShape(tp, mb, tp > 1, 1, ep, etp))
+        parallel = ParallelConfig(2048 // (tp * pp), tp, pp, ZeroStage.OS, mb, Recompute.NONE, ep_size=ep, expert_tp_size=etp)
+        m = training.global_batch_size // (parallel.dp_size * mb)
+        problem = partition_problem(profile, parallel, training, m, cluster.gpu.memory_bytes, True, cluster.gpu)
+        optimum = solve(problem)
+        bound = tail_bottleneck_lower_bound_ns(problem)
+        assert optimum is not None and 0.75 * optimum.stage_time_ns <= bound <= optimum.stage_time_ns
 
 
 # ------------------------------------------------------- identical layers: the fixed partition

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from solver.partition.chain import UNREACHABLE, fits_table, range_tables, sorted_unique
-from solver.partition.problem import PartitionMethod, PartitionProblem, PartitionSolution, SolveStatus
+from solver.partition.problem import INFEASIBLE_NS, PartitionMethod, PartitionProblem, PartitionSolution, SolveStatus, stage_memory_kib
 
 
 def identical_tail_start(problem: PartitionProblem) -> int:
@@ -35,7 +35,12 @@ def identical_tail_start(problem: PartitionProblem) -> int:
         return -1
     start = 0  # the least start that every row read so far allows
     for row in rows:  # each row from its end, down to the start the earlier rows need
-        last, layer = row[-1], layers - 2
+        last = row[-1]
+        equal = row.count(last)
+        if row[layers - equal:] == (last,) * equal:  # the layers equal to the last are the row's end
+            start = max(start, layers - equal)
+            continue
+        layer = layers - 2
         while layer >= start and row[layer] == last:
             layer -= 1
         start = layer + 1
@@ -202,3 +207,61 @@ def _any_partition_fits(problem: PartitionProblem, head: int) -> bool:
     """``chain._any_partition_fits`` from the head rows."""
     fits = fits_table(problem, np.arange(head + 1))
     return fits is None or bool(_reaches_end(fits.sum(axis=-1), problem.num_layers))
+
+
+def tail_bottleneck_lower_bound_ns(problem: PartitionProblem) -> int:
+    """No partition of ``problem`` (one chunk per stage) has a slowest stage faster than this,
+    memory counted: a relaxation that keeps only the chain's identical tail (layers D..L-1, D =
+    ``identical_tail_start``) and lets its L - D layers go to any stage in any number, each stage
+    recomputing the least of them that fits. ``INFEASIBLE_NS`` where even that has no plan.
+
+    Why it is a lower bound (a relaxation of every solver's model, ``solver.partition.fixed``
+    and the chain programs alike): take any feasible partition with bottleneck T, stage s holding
+    n_s tail layers (sum L - D), some of them among its recomputed ones. Dropping the stage's head
+    layers removes time (each >= 0) and memory (model states plus in-flight activations or
+    checkpoints, each >= 0); its recomputed tail layers save what recomputing them saves, and the
+    working set is counted only where one of them is recomputed (which the real stage then
+    counts too). So n_s tail layers fit stage s with as many recomputed, within T, and with the
+    least count that fits (identical layers: which ones does not matter) at least as fast: the
+    relaxed stage time c_s(n_s) = e_s + n_s t + k(n_s) r is at most the real one, and a stage
+    with no tail layer still runs its extras and one of the D head layers (c_s(0) = e_s + the
+    fastest layer). Hence T >= c_s(n_s) for every s.
+
+    The least T with such counts (each stage's relaxed times made nondecreasing in n by taking
+    the least over larger counts, which only lowers them): every stage within T at some count
+    (T >= max c_s(0) where there is a head), at most D stages without a tail layer (T at least
+    the (p - D)-th least c_s(1)), and the counts within T summing to L - D (T at least the
+    (L - D)-th least c_s(n), n >= 1, over all stages). Memory sums are the solvers'
+    (``stage_memory_kib``) with the closed form of the least recompute taken a little low
+    (``least_recompute`` less a margin), which only weakens the bound."""
+    p, layers = problem.num_stages, problem.num_layers
+    if problem.virtual_stages != 1:
+        raise ValueError("tail_bottleneck_lower_bound_ns covers one chunk per stage")
+    if layers == 0:
+        return 0
+    head = identical_tail_start(problem)
+    count = layers - head
+    t, r = problem.layer_time_ns[-1], problem.layer_recompute_ns[-1]
+    kept, ckpt, state = problem.layer_kept_kib[-1], problem.layer_checkpoint_kib[-1], problem.layer_state_kib[-1]
+    if min(t, r, kept, ckpt, state, min(problem.in_flight), min(problem.stage_working_kib)) < 0:
+        return 0  # outside the model's signs: no claim
+    n = np.arange(count + 1, dtype=np.float64)
+    in_flight = np.asarray(problem.in_flight, dtype=np.float64)[:, None]
+    budget = np.asarray(problem.stage_budget_kib, dtype=np.float64)[:, None]
+    without = stage_memory_kib(in_flight, n * kept, n * state, 0)
+    recomputed = np.where(without <= budget, 0.0, UNREACHABLE)
+    if problem.allow_recompute and kept > ckpt:
+        working = np.asarray(problem.stage_working_kib, dtype=np.float64)[:, None]
+        needed = np.maximum(1.0, np.ceil((without + working - budget) / np.maximum(in_flight * (kept - ckpt), 1e-30) - 1e-6))
+        recomputed = np.minimum(recomputed, np.where(needed <= n, needed, UNREACHABLE))
+    extra = np.asarray(problem.stage_extra_time_ns, dtype=np.float64)[:, None]
+    relaxed = extra + n * t + recomputed * r if r else np.where(np.isfinite(recomputed), extra + n * t, UNREACHABLE)
+    # No tail layer: the stage holds head layers (at least one; there are none without a head).
+    relaxed[:, 0] = np.where(budget[:, 0] >= 0, extra[:, 0] + min(problem.layer_time_ns), UNREACHABLE) if head else UNREACHABLE
+    relaxed = np.minimum.accumulate(relaxed[:, ::-1], axis=1)[:, ::-1]
+    bound = np.partition(relaxed[:, 1:], count - 1, axis=None)[count - 1]
+    if head:
+        bound = max(bound, relaxed[:, 0].max())
+    if p > head:
+        bound = max(bound, np.partition(relaxed[:, 1], p - head - 1)[p - head - 1])
+    return int(bound) if np.isfinite(bound) else INFEASIBLE_NS

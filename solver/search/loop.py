@@ -12,6 +12,10 @@ Order of work (best-first branch and bound, in ``solver.search.space`` and here)
    later one (the bounds are sorted): what is returned is optimal under the model.
 4. A visited shape's partition (layers per stage, recomputed layers per stage) comes from
    ``solver.partition``; its exact bottleneck gives a tighter bound before the evaluator runs.
+   Before solving, a bound that counts memory (the recomputation each stage needs to hold its
+   share of the identical layers, ``tail_bottleneck_lower_bound_ns``) skips shapes whose every
+   partition would lose: the bound step 2 takes ignores memory, and an MoE model's expert states
+   leave little room for activations.
    A request that names a framework with a launch config (``constraints.framework``) keeps a
    planned configuration only as that framework runs it exactly (``framework_exact``).
 5. A range of GPU counts is visited count by count in the order of a per-count bound, and
@@ -36,6 +40,7 @@ from solver.cost.stage import expert_state_bytes_per_parameter, state_bytes_per_
 from solver.frameworks import framework_format, nearest_exact
 from solver.partition.fixed import fixed_partition
 from solver.partition.problem import (
+    INFEASIBLE_NS,
     PartitionMethod,
     PartitionProblem,
     PartitionSolution,
@@ -47,6 +52,7 @@ from solver.partition.problem import (
     stage_time_lower_bound_s,
 )
 from solver.partition.solve import solve, uses_cpsat
+from solver.partition.tail import tail_bottleneck_lower_bound_ns
 from solver.search.explain import explain
 from solver.search.request import DEADLINE_S_RANGE, Objective, SearchRequest
 from solver.search.result import Candidate, SearchResult, SearchStats
@@ -142,10 +148,15 @@ def _usable_bytes(request: SearchRequest) -> float:
 _FIXED = PartitionMethod.FIXED.value
 
 
-def _plan(run: SearchRun, shape: Shape, loses: Callable[[float], bool] | None = None) -> list[tuple[ParallelConfig, float]]:
+def _plan(
+    run: SearchRun, shape: Shape, loses: Callable[[float], bool] | None = None,
+) -> list[tuple[ParallelConfig, float]] | None:
     """Configurations to evaluate for this shape, each with a lower bound on its step time from
     its exact bottleneck stage: the optimal partition with per-stage recompute (one chunk per
-    stage) and the uniform partition with the least recompute per stage, where they fit."""
+    stage) and the uniform partition with the least recompute per stage, where they fit. None
+    where ``loses`` says that no partition of a one-chunk-per-stage pipeline can beat the plans
+    held: its memory-aware bottleneck bound (``tail_bottleneck_lower_bound_ns``, which every
+    partition's bottleneck is at least) already loses, so neither partition is solved."""
     request = run.request
     training = request.training
     mb = shape.micro_batch_size
@@ -166,6 +177,15 @@ def _plan(run: SearchRun, shape: Shape, loses: Callable[[float], bool] | None = 
     def optimum_loses(bottleneck_ns: int) -> bool:
         """Whether a plan whose slowest stage takes at least ``bottleneck_ns`` loses already."""
         return loses is not None and loses(slots * stage_time_lower_bound_s(bottleneck_ns, layers) + comm_s)
+
+    if loses is not None and shape.virtual_stages == 1 and not _may_offload_activations(run, shape):
+        # Every plan of this shape is one of the problem's partitions (the even one or the
+        # optimum; no activation offload here): none is faster than the memory-aware bound.
+        bound_ns = max(bottleneck_lower_bound_ns(problem), tail_bottleneck_lower_bound_ns(problem))
+        if bound_ns >= INFEASIBLE_NS:
+            return []
+        if optimum_loses(bound_ns):
+            return None
 
     fixed, best = _partitions(run, problem, even, optimum_loses)
     methods = run.stats.partition_methods
@@ -243,11 +263,7 @@ def _activation_offload_plan(
     host memory and the copies' time, so no larger N is better. Read off the layout's own
     partition problem (one stage: its memory less the first N layers' kept activations must
     meet the budget), then checked by the problem with N."""
-    if (
-        shape.pp_size > 1 or shape.base_recompute is not Recompute.NONE or shape.activation_offload_layers
-        or shape.offload not in (Offload.NONE, Offload.OPTIMIZER) or shape.zero_stage > 1 and shape.offload is not Offload.NONE
-        or not searches_activation_offload(run)
-    ):
+    if not _may_offload_activations(run, shape):
         return None
     kept, states = problem.layer_kept_kib, problem.layer_state_kib
     in_flight = problem.in_flight[0]
@@ -265,6 +281,17 @@ def _activation_offload_plan(
     problem_n = partition_problem(prof, offloaded.uniform(), request.training, num_micro_batches, usable, False, request.cluster.gpu, rows)
     solution = fixed_partition(problem_n, even)
     return None if solution is None else (offloaded, solution)
+
+
+def _may_offload_activations(run: SearchRun, shape: Shape) -> bool:
+    """Whether ``_activation_offload_plan`` may plan ``shape`` with offloaded activations: one
+    stage without recomputation or activation offload of its own, offloading nothing or the
+    optimizer alone (with ZeRO-0/1), in a search that offloads activations of its own accord."""
+    return not (
+        shape.pp_size > 1 or shape.base_recompute is not Recompute.NONE or shape.activation_offload_layers
+        or shape.offload not in (Offload.NONE, Offload.OPTIMIZER) or shape.zero_stage > 1 and shape.offload is not Offload.NONE
+        or not searches_activation_offload(run)
+    )
 
 
 def _states_may_fit(run: SearchRun, shape: Shape, usable: float) -> bool:
@@ -442,6 +469,9 @@ def _search_count(run, request, num_gpus, top_k, accept, ceiling, held, seen) ->
             stats.configurations_pruned += len(bounded) - index
             return
         plans = _plan(run, shape, loses)
+        if plans is None:
+            stats.configurations_pruned += 1  # no partition of it can beat the k-th plan (_plan)
+            continue
         if not plans:
             run.reject(Rule.MEMORY)  # no partition fits, even recomputing every layer it may
         for planned, step_bound_s in plans:
