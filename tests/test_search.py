@@ -362,6 +362,32 @@ def test_recompute_pinned_to_full_labels_every_plan_full():
         assert recompute_values(candidate.parallel) == {"full"}
 
 
+@pytest.mark.parametrize("model, memory_gib", [(TINY, 3.0), (TINY_MOE, 2.0), (TINY_MOE, 8.0)])
+def test_shapes_are_built_lazily_and_visited_in_the_order_of_sorting_them_all(monkeypatch, model, memory_gib):
+    """The search builds a group's shapes of one micro-batch only when the least of their bounds
+    comes up (``ShapeGroup.step_bound_floor_s``), yet visits shapes exactly as sorting every legal
+    shape by (bound, shape) would, and counts every shape it enumerates, built or not."""
+    from solver.search import loop
+    from solver.search.result import SearchStats
+    from solver.search.space import SearchRun, dominated_selective, is_legal, shapes, step_lower_bound_s
+
+    request = SearchRequest(model, tiny_cluster(memory_gib), TRAINING, num_gpus=8)
+    visited = []
+    plan = loop._plan
+    monkeypatch.setattr(loop, "_plan", lambda run, shape, loses=None: visited.append(shape) or plan(run, shape, loses))
+    result = search(request)
+    run = SearchRun(request, SearchStats(), float("inf"))
+    every = [shape for shape in shapes(run, 8) if is_legal(run, shape)]
+    ranked = sorted(
+        (loop._objective_value(request, step_lower_bound_s(run, shape), 8), shape) for shape in every
+        if not (shape.base_recompute is Recompute.SELECTIVE and dominated_selective(run, shape))
+    )
+    assert visited and visited == [shape for _, shape in ranked[: len(visited)]]
+    assert len(visited) < len(ranked)  # the rest was pruned
+    coarse = run.stats.configurations_enumerated  # groups no micro-batch can repair, counted once each
+    assert result.stats.configurations_enumerated == coarse + sum(1 for _ in shapes(SearchRun(request, SearchStats(), 0.0), 8))
+
+
 def test_lower_bounds_never_exceed_the_evaluator():
     """Pruning is only exact if every bound is below what the evaluator predicts."""
     from solver.search.result import SearchStats

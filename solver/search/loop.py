@@ -8,6 +8,8 @@ Order of work (best-first branch and bound, in ``solver.search.space`` and here)
 2. Each legal shape gets a lower bound on its step time from the per-layer profile: the whole
    model's compute split perfectly over the pp stages, through the 1F1B schedule, plus the
    pipeline's point-to-point time (``step_lower_bound_s``). Shapes are visited in bound order.
+   The shapes of one (dp, tp, pp, cp, ep, etp) group and micro-batch are built (and checked)
+   only when the least of their bounds comes up (``ShapeGroup``, ``_search_count``).
 3. Once k plans are held, a shape whose bound cannot beat the k-th is pruned, and so is every
    later one (the bounds are sorted): what is returned is optimal under the model.
 4. A visited shape's partition (layers per stage, recomputed layers per stage) comes from
@@ -29,6 +31,7 @@ exactly, and interleaved pipelines use uniform chunks (the rule that layers divi
 from __future__ import annotations
 
 import bisect
+import heapq
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -60,12 +63,13 @@ from solver.search.space import (
     Profiles,
     SearchRun,
     Shape,
+    ShapeGroup,
     count_step_lower_bound_s,
     dominated_selective,
     gpu_counts,
     is_legal,
     searches_activation_offload,
-    shapes,
+    shape_groups,
     step_lower_bound_s,
 )
 from solver.search.validate import recompute_values, validate
@@ -430,26 +434,33 @@ def search_counts(
 
 
 def _search_count(run, request, num_gpus, top_k, accept, ceiling, held, seen) -> None:
-    """Best-first over one GPU count's shapes, adding to ``held``."""
+    """Best-first over one GPU count's shapes, adding to ``held``.
+
+    The shapes are visited in the order of (bound, shape), as if every shape were bounded and
+    sorted, but a group's shapes of one micro-batch are built only when the least bound among
+    them (``ShapeGroup.step_bound_floor_s``) comes up: one queue holds such entries, keyed
+    (floor, the shapes' first fields, 0, position), and built shapes, keyed (bound, the same
+    fields, 1, shape). An entry comes before each of its shapes (its floor is at most their bound,
+    and with equal bounds 0 < 1), so a shape is built before anything that follows it; entries
+    whose floor already loses are never built (the most shapes by far)."""
     stats = run.stats
-    bounded: list[tuple[float, Shape]] = []
     values: dict[float, float] = {}  # step bound -> its objective value (shapes share few bounds)
-    selective = Recompute.SELECTIVE
-    for shape in shapes(run, num_gpus):
-        stats.configurations_enumerated += 1
-        if not is_legal(run, shape):
-            stats.configurations_illegal += 1
-            continue
-        if shape.base_recompute is selective and dominated_selective(run, shape):
-            stats.configurations_pruned += 1  # the same plan as its base-none twin
-            continue
-        run.legal.append(shape)
-        step_bound_s = step_lower_bound_s(run, shape)
+
+    def value_of(step_bound_s: float) -> float:
         value = values.get(step_bound_s)
         if value is None:
             value = values[step_bound_s] = _objective_value(request, step_bound_s, num_gpus)
-        bounded.append((value, shape))
-    bounded.sort()  # by bound, then shape
+        return value
+
+    queue: list[tuple] = []
+    for group in shape_groups(run, num_gpus):
+        lead = (num_gpus, group.dp_size, group.tp_size, group.pp_size)  # Shape's first fields
+        floors = [value_of(group.step_bound_floor_s(run, mb)) for mb in group.micro_batches]
+        for offload_index in range(len(group.offloads)):
+            for mb, floor in zip(group.micro_batches, floors):
+                queue.append((floor, lead, 0, run.positions, group, offload_index, mb))
+                run.positions += 1
+    heapq.heapify(queue)
 
     def beaten(bound: float) -> bool:
         return bound > ceiling or (len(held) >= top_k and bound >= held[-1].key[0])
@@ -460,14 +471,22 @@ def _search_count(run, request, num_gpus, top_k, accept, ceiling, held, seen) ->
     if framework_format(request.constraints.framework) is None:
         loses = lambda step_bound_s: beaten(_objective_value(request, step_bound_s, num_gpus))  # noqa: E731
 
-    for index, (bound, shape) in enumerate(bounded):
-        if beaten(bound):
-            stats.configurations_pruned += len(bounded) - index
+    while queue:
+        entry = queue[0]
+        if beaten(entry[0]):
+            _pass_over(run, queue, record=not held)
             return
         if time.perf_counter() > run.deadline:
             stats.timed_out = True
-            stats.configurations_pruned += len(bounded) - index
+            _pass_over(run, queue, record=not held)
             return
+        heapq.heappop(queue)
+        if entry[2] == 0:
+            _, lead, _, position, group, offload_index, mb = entry
+            for shape in _legal_members(run, group, offload_index, mb, position):
+                heapq.heappush(queue, (value_of(step_lower_bound_s(run, shape)), lead, 1, shape))
+            continue
+        shape = entry[3]
         plans = _plan(run, shape, loses)
         if plans is None:
             stats.configurations_pruned += 1  # no partition of it can beat the k-th plan (_plan)
@@ -507,6 +526,45 @@ def _search_count(run, request, num_gpus, top_k, accept, ceiling, held, seen) ->
             if len(held) < top_k or item.key < held[-1].key:
                 bisect.insort(held, item, key=lambda h: h.key)
                 del held[top_k:]
+
+
+def _legal_members(run: SearchRun, group: ShapeGroup, offload_index: int, mb: int, position: int) -> list[Shape]:
+    """The shapes of a group's entry that pass every rule and are not the same plan as another
+    (a selective base where selective recomputation changes nothing), counted as enumerated,
+    illegal or pruned, and recorded as legal at the entry's position."""
+    stats = run.stats
+    legal = []
+    selective = Recompute.SELECTIVE
+    for shape in group.members(run, offload_index, mb):
+        stats.configurations_enumerated += 1
+        if not is_legal(run, shape):
+            stats.configurations_illegal += 1
+            continue
+        if shape.base_recompute is selective and dominated_selective(run, shape):
+            stats.configurations_pruned += 1  # the same plan as its base-none twin
+            continue
+        legal.append(shape)
+    run.legal_parts.append((position, legal))
+    return legal
+
+
+def _pass_over(run: SearchRun, queue: list[tuple], record: bool) -> None:
+    """Count what is left in the queue as pruned: its built shapes, and the shapes of its
+    entries (``record``: built and checked as the visited ones are, so that an explanation of a
+    search without a plan reads every legal shape; else only counted)."""
+    stats = run.stats
+    for entry in queue:
+        if entry[2] == 1:
+            stats.configurations_pruned += 1
+            continue
+        _, _, _, position, group, offload_index, mb = entry
+        if record:
+            stats.configurations_pruned += len(_legal_members(run, group, offload_index, mb, position))
+        else:
+            count = group.member_count(run, offload_index, mb)
+            stats.configurations_enumerated += count
+            stats.configurations_pruned += count
+    queue.clear()
 
 
 def _search_min_gpus(run: SearchRun, counts: list[int]) -> list[_Held]:

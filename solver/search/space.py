@@ -116,7 +116,10 @@ class SearchRun:
     deadline: float
     rejected: dict[Rule, int] = field(default_factory=dict)  # rule -> shapes rejected by it
     validator_problems: list[str] = field(default_factory=list)  # what the validator refused (never expected)
-    legal: list[Shape] = field(default_factory=list)  # shapes that passed every rule
+    # Shapes that passed every rule, by the position of their group's micro-batch in the
+    # enumeration (solver.search.loop builds a group's shapes when its bound is reached).
+    legal_parts: list[tuple[int, list[Shape]]] = field(default_factory=list)
+    positions: int = 0  # the (group, offload, micro-batch) entries numbered so far
     closest: list[tuple[float, ParallelConfig, Evaluation]] = field(default_factory=list)  # memory misses
     partitions_exact: bool = True
     # (pp, zero, cp, ep, offloads activations[, tp, etp where etp is not tp]) -> violations
@@ -152,6 +155,11 @@ class SearchRun:
 
     def reject(self, rule: Rule) -> None:
         self.rejected[rule] = self.rejected.get(rule, 0) + 1
+
+    @property
+    def legal(self) -> list[Shape]:
+        """The legal shapes built, in enumeration order."""
+        return [shape for _, part in sorted(self.legal_parts, key=lambda item: item[0]) for shape in part]
 
 
 def gpu_counts(request: SearchRequest) -> list[int]:
@@ -238,12 +246,87 @@ def expert_tp_sizes(request: SearchRequest, tp: int, ranks: int) -> list[int]:
     return [0]
 
 
-def shapes(run: SearchRun, num_gpus: int):
-    """Every shape the request admits for ``num_gpus``, legal or not (the caller checks)."""
+@dataclass(eq=False)
+class ShapeGroup:
+    """The shapes of one (GPU count, dp, tp, pp, cp, ep, etp) that pass the rules no micro-batch,
+    ZeRO stage or interleaving can repair, as ``members`` builds them per offload mode and
+    micro-batch. The search bounds each micro-batch's shapes at once (``step_bound_floor_s``)
+    and builds them only where that bound may still win (``solver.search.loop``)."""
+
+    num_gpus: int
+    dp_size: int
+    tp_size: int
+    pp_size: int
+    cp_size: int
+    ep_size: int
+    expert_tp_size: int  # 0: tp_size (Shape.expert_tp_size)
+    per_replica: int  # sequences per data-parallel replica per step
+    micro_batches: list[int]
+    recompute: list[tuple[Recompute, bool]]  # (base recompute, full allowed), _recompute_options
+    virtual: list[int]  # interleaving the layer count allows
+    seq_par: list[bool]
+    # (offload, NVMe offload, the ZeRO stages paired with them), offload_options x nvme_options
+    offloads: list[tuple[Offload, NvmeOffload, list[int]]]
+
+    def _interleaves(self, v: int, mb: int) -> bool:
+        """Whether ``v`` chunks per stage run at micro-batch ``mb`` (the interleaved schedule
+        needs the micro-batch count to divide by pp)."""
+        return v == 1 or (self.per_replica // mb) % self.pp_size == 0
+
+    def members(self, run: SearchRun, offload_index: int, mb: int):
+        """The group's shapes of offload mode ``offload_index`` and micro-batch ``mb``, in
+        enumeration order (ZeRO stage, recompute, interleaving, SP, activation offload)."""
+        offload, nvme, zero_stages = self.offloads[offload_index]
+        no_activation_offload = [0] if "activation_offload_layers" not in run.request.constraints.allowed else None
+        for zero, (base, full), v, sp in itertools.product(zero_stages, self.recompute, self.virtual, self.seq_par):
+            if not self._interleaves(v, mb):
+                run.reject(Rule.INTERLEAVE_MICRO_BATCHES)
+                continue
+            # Asked per shape only where the request names activation offload values
+            # (the options then count what they turn down).
+            for layers in no_activation_offload or activation_offload_options(run, self.pp_size, base):
+                # Offloading layers' activations runs without recomputation (full: none).
+                yield _shape(
+                    self.num_gpus, self.dp_size, self.tp_size, self.pp_size, zero, mb, base, full and not layers, v, sp,
+                    self.cp_size, self.ep_size, offload, layers, self.expert_tp_size, nvme,
+                )
+
+    def member_count(self, run: SearchRun, offload_index: int, mb: int) -> int:
+        """How many shapes ``members`` builds for ``offload_index`` and ``mb`` (without building them)."""
+        zero_stages = self.offloads[offload_index][2]
+        interleaved = sum(1 for v in self.virtual if self._interleaves(v, mb))
+        if "activation_offload_layers" in run.request.constraints.allowed:
+            per_recompute = sum(len(_activation_offload_layers(run.request, self.pp_size, base)[0]) for base, _ in self.recompute)
+        else:
+            per_recompute = len(self.recompute)
+        return len(zero_stages) * per_recompute * interleaved * len(self.seq_par)
+
+    def step_bound_floor_s(self, run: SearchRun, mb: int) -> float:
+        """The least ``step_lower_bound_s`` of the group's shapes of micro-batch ``mb`` (of every
+        offload mode): the bound reads their base recompute, interleaving and SP, not their ZeRO
+        stage, full recompute or offload, so one shape of each (base, v, sp) stands for the rest."""
+        floor = float("inf")
+        for base in dict.fromkeys(base for base, _ in self.recompute):
+            for v in self.virtual:
+                if not self._interleaves(v, mb):
+                    continue
+                for sp in self.seq_par:
+                    stand_in = _shape(
+                        self.num_gpus, self.dp_size, self.tp_size, self.pp_size, 0, mb, base, False, v, sp, self.cp_size,
+                        self.ep_size, Offload.NONE, 0, self.expert_tp_size, NvmeOffload.NONE,
+                    )
+                    floor = min(floor, step_lower_bound_s(run, stand_in))
+        return floor
+
+
+def shape_groups(run: SearchRun, num_gpus: int):
+    """The groups of shapes the request admits for ``num_gpus``, in enumeration order, each past
+    the rules no micro-batch, ZeRO stage or interleaving can repair (their shapes are legal or
+    not: the caller checks)."""
     request = run.request
     model, training, constraints = request.model, request.training, request.constraints
     admits = constraints.admits
-    no_activation_offload = [0] if "activation_offload_layers" not in constraints.allowed else None
+    recompute = _recompute_options(request)
     tp_cp = [(t, c) for t in divisors(num_gpus) for c in cp_sizes(request, num_gpus // t)]
     for tp, cp in tp_cp:
         if not admits("tp_size", tp):
@@ -282,19 +365,19 @@ def shapes(run: SearchRun, num_gpus: int):
                 else:
                     virtual.append(v)
             seq_par = [s for s in (False, True) if admits("sequence_parallel", s) and (tp > 1 or not s)]
-            for offload, nvme in ((o, n) for o in offload_options(run, pp) for n in nvme_options(run, o)):
-                offload_zero = offload_zero_stages(offload, zero_stages, admitted_zero, dp, cp, nvme)
-                for mb, zero, (base, full), v, sp in itertools.product(
-                    micro_batches, offload_zero, _recompute_options(request), virtual, seq_par
-                ):
-                    if v > 1 and (per_replica // mb) % pp:
-                        run.reject(Rule.INTERLEAVE_MICRO_BATCHES)
-                        continue
-                    # Asked per shape only where the request names activation offload values
-                    # (the options then count what they turn down).
-                    for layers in no_activation_offload or activation_offload_options(run, pp, base):
-                        # Offloading layers' activations runs without recomputation (full: none).
-                        yield _shape(num_gpus, dp, tp, pp, zero, mb, base, full and not layers, v, sp, cp, ep, offload, layers, etp, nvme)
+            offloads = [
+                (offload, nvme, offload_zero_stages(offload, zero_stages, admitted_zero, dp, cp, nvme))
+                for offload in offload_options(run, pp) for nvme in nvme_options(run, offload)
+            ]
+            yield ShapeGroup(num_gpus, dp, tp, pp, cp, ep, etp, per_replica, micro_batches, recompute, virtual, seq_par, offloads)
+
+
+def shapes(run: SearchRun, num_gpus: int):
+    """Every shape the request admits for ``num_gpus``, legal or not (the caller checks)."""
+    for group in shape_groups(run, num_gpus):
+        for offload_index in range(len(group.offloads)):
+            for mb in group.micro_batches:
+                yield from group.members(run, offload_index, mb)
 
 
 def searches_activation_offload(run: SearchRun) -> bool:
@@ -321,14 +404,20 @@ def activation_offload_options(run: SearchRun, pp: int, base: Recompute) -> list
     0 unless the request names values for it (then those it admits below the model's layer
     count), and only on one stage without recomputation, as Megatron-core runs it
     (``solver.spec.legality._check_activation_offload``)."""
-    request = run.request
-    if "activation_offload_layers" not in request.constraints.allowed:
-        return [0]
-    admitted = [n for n in range(request.model.num_layers) if request.constraints.admits("activation_offload_layers", n)]
-    options = [n for n in admitted if n == 0 or (pp == 1 and base is Recompute.NONE)]
-    if len(options) < len(admitted):
+    options, turned_down = _activation_offload_layers(run.request, pp, base)
+    if turned_down:
         run.reject(Rule.ACTIVATION_OFFLOAD_LAYERS)
     return options
+
+
+def _activation_offload_layers(request: SearchRequest, pp: int, base: Recompute) -> tuple[list[int], bool]:
+    """``activation_offload_options`` without counting: the options, and whether any admitted
+    count was turned down."""
+    if "activation_offload_layers" not in request.constraints.allowed:
+        return [0], False
+    admitted = [n for n in range(request.model.num_layers) if request.constraints.admits("activation_offload_layers", n)]
+    options = [n for n in admitted if n == 0 or (pp == 1 and base is Recompute.NONE)]
+    return options, len(options) < len(admitted)
 
 
 def offload_zero_stages(
