@@ -31,6 +31,7 @@ Exact solvers on the same ``PartitionProblem`` (``solve`` picks one):
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
@@ -304,9 +305,9 @@ def partition_problem(
     if any(experts):
         # An MoE model's layers are of a few kinds (dense, MoE): each kind's terms worked out once.
         kinds = {(p, e): _kib(state_per_param * (p - e) + expert_state_per_param * e) for p, e in set(zip(params, experts))}
-        state_kib = tuple(kinds[p, e] for p, e in zip(params, experts))
+        state_kib = tuple(map(kinds.__getitem__, zip(params, experts)))  # per layer, as kinds[p, e]
         accumulation = {p: _ns(accumulation_s(p)) for p in set(params)}
-        times = tuple(t + accumulation[p] for t, p in zip(times, params))
+        times = tuple(map(operator.add, times, map(accumulation.__getitem__, params)))  # t + accumulation[p]
     elif params.count(first) == len(params):
         state_kib = (_kib(state_per_param * first),) * len(params)
         accumulation_ns = _ns(accumulation_s(first))

@@ -185,7 +185,9 @@ def _plan(
     if loses is not None and shape.virtual_stages == 1 and not _may_offload_activations(run, shape):
         # Every plan of this shape is one of the problem's partitions (the even one or the
         # optimum; no activation offload here): none is faster than the memory-aware bound.
-        bound_ns = max(bottleneck_lower_bound_ns(problem), tail_bottleneck_lower_bound_ns(problem))
+        if optimum_loses(bottleneck_lower_bound_ns(problem)):
+            return None  # the average stage loses already
+        bound_ns = tail_bottleneck_lower_bound_ns(problem)
         if bound_ns >= INFEASIBLE_NS:
             return []
         if optimum_loses(bound_ns):
