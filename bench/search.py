@@ -99,6 +99,7 @@ def describe(candidate) -> str:
     layers = f" layers {list(p.stage_layers)}" if p.stage_layers else ""
     return (
         f"dp {p.dp_size} tp {p.tp_size} pp {p.pp_size}" + (f" ep {p.ep_size}" if p.ep_size > 1 else "")
+        + (f" etp {p.etp_size}" if p.etp_size != p.tp_size else "")
         + f" v {p.virtual_stages} ZeRO-{int(p.zero_stage)} mb {p.micro_batch_size}"
         f" sp {p.sequence_parallel} recompute {recompute}{layers}: {pred.step_time_s:.3f} s/step, MFU {pred.mfu:.1%},"
         f" peak {candidate.evaluation.peak_bytes / 2**30:.1f} GiB"

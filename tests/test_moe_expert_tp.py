@@ -23,9 +23,11 @@ from solver.cost.moe import EXPERT_LOAD_FACTOR, dispatch_bytes, ep_comm_s, moe_m
 from solver.cost.profile import ProfileShape
 from solver.cost.stage import expert_state_bytes_per_parameter
 from solver.frameworks import ExportFormat, PlanToExport, export_plan, framework_violations
+from solver.search import loop
 from solver.search.loop import search
 from solver.search.request import Constraints, SearchRequest
-from solver.search.space import expert_tp_sizes
+from solver.search.result import SearchStats
+from solver.search.space import SearchRun, dominated_selective, expert_tp_sizes, is_legal, shapes
 from solver.spec.errors import SpecError
 from solver.spec.parallel import ParallelConfig, parallel_from_dict, parallel_to_dict
 from solver.spec.rules import Rule
@@ -277,9 +279,10 @@ def test_nemo_export_names_the_expert_tp_size_its_gpt_config_cannot_set():
 # --------------------------------------------------------------------------- search
 
 
-def test_the_search_keeps_etp_at_tp_unless_the_request_names_other_sizes():
+def test_the_search_considers_tp_and_1_for_moe_models_unless_the_request_names_sizes():
     moe = SearchRequest(MIXTRAL, H800, TrainingSpec(global_batch_size=64, seq_length=4096), num_gpus=16)
-    assert expert_tp_sizes(moe, 2, 16) == [0]  # 0: tp
+    assert expert_tp_sizes(moe, 2, 16) == [0, 1]  # 0: tp
+    assert expert_tp_sizes(moe, 8, 16) == [0, 1]
     assert expert_tp_sizes(moe, 1, 16) == [0]
     both = dataclasses.replace(moe, constraints=Constraints.parse({"expert_tp_size": [1, 2]}))
     assert expert_tp_sizes(both, 2, 16) == [1, 0] and expert_tp_sizes(both, 4, 16) == [1, 2]
@@ -287,6 +290,59 @@ def test_the_search_keeps_etp_at_tp_unless_the_request_names_other_sizes():
     assert expert_tp_sizes(dense, 4, 16) == [0]
     pinned = dataclasses.replace(moe, constraints=Constraints.parse({"expert_tp_size": 1}))
     assert expert_tp_sizes(pinned, 2, 16) == [1] and expert_tp_sizes(pinned, 1, 16) == [0]
+
+
+def _exhaustive(request: SearchRequest) -> list[tuple[float, ParallelConfig]]:
+    """Every plan of the search's space for ``request`` through the evaluator, fastest first:
+    each legal shape (every expert layout the search considers) with both of its partitions, the
+    even one and the optimum (``_plan`` without a bound to prune by)."""
+    run = SearchRun(request, SearchStats(), float("inf"))
+    plans = {}
+    for shape in shapes(run, request.num_gpus):
+        if not is_legal(run, shape):
+            continue
+        if shape.base_recompute is Recompute.SELECTIVE and dominated_selective(run, shape):
+            continue  # selective recomputation changes nothing: its base-none twin's plans, relabelled
+        for parallel, _ in loop._plan(run, shape) or []:
+            evaluation = request.evaluate(parallel, request.num_gpus)
+            if evaluation.feasible:
+                plans[parallel] = evaluation.prediction.step_time_s
+    return sorted(((step_s, parallel) for parallel, step_s in plans.items()), key=lambda plan: plan[0])
+
+
+# A DeepSeek-V3 cut to a few layers and experts (MLA, a shared expert, dense layers first, MTP):
+# on 16 to 32 H800 cut to 24-40 GiB, tp > 1 with whole experts (etp 1) is the fastest plan.
+MINI_DEEPSEEK = dataclasses.replace(DEEPSEEK, name="mini-deepseek", num_layers=8, first_dense_layers=2, num_experts=32)
+
+
+@pytest.mark.parametrize("num_layers, num_experts, num_gpus, memory_gib, batch, zero_stage, best_layout", [
+    (8, 32, 32, 40, 128, 0, (2, 1, 8, 2)),
+    (6, 16, 16, 24, 64, 0, (4, 1, 4, 2)),
+    (6, 16, 16, 40, 64, None, (2, 1, 8, 1)),
+])
+def test_the_pruned_search_finds_what_evaluating_every_plan_finds(
+    num_layers, num_experts, num_gpus, memory_gib, batch, zero_stage, best_layout,
+):
+    """The default search (etp = tp and etp 1 for an MoE model at tp > 1) prunes with bounds
+    (the step bound, the memory-aware partition bound, groups built only when their bound comes
+    up): its top plans must be those of evaluating every plan of the same space. The space is cut
+    to micro-batches 1 and 2 and v <= 2 (and one ZeRO stage where memory should push pp > 1) to
+    keep the exhaustive pass to seconds; the search's best here takes whole experts at tp > 1
+    (tp, etp, ep, pp as ``best_layout``)."""
+    model = dataclasses.replace(MINI_DEEPSEEK, num_layers=num_layers, num_experts=num_experts)
+    gpu = dataclasses.replace(H800.gpu, memory_bytes=memory_gib * 2**30)
+    cluster = dataclasses.replace(H800, gpu=gpu, num_nodes=num_gpus // H800.gpus_per_node)
+    constraints = {"micro_batch_size": [1, 2], "virtual_stages": [1, 2]} | ({"zero_stage": zero_stage} if zero_stage is not None else {})
+    request = SearchRequest(
+        model, cluster, TrainingSpec(global_batch_size=batch, seq_length=4096), num_gpus=num_gpus,
+        constraints=Constraints.parse(constraints),
+    )
+    result = search(request)
+    every = _exhaustive(request)
+    assert {(p.tp_size, p.etp_size) for _, p in every} >= {(2, 2), (2, 1), (4, 4), (4, 1)}  # both etp at each tp
+    assert [c.evaluation.prediction.step_time_s for c in result.candidates] == [step_s for step_s, _ in every[:request.top_k]]
+    best = result.best.parallel
+    assert (best.tp_size, best.etp_size, best.ep_size, best.pp_size) == best_layout
 
 
 def test_a_pinned_expert_tp_size_is_what_the_search_returns():

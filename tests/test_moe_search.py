@@ -41,6 +41,16 @@ def test_the_best_plan_is_at_least_as_fast_as_deepseeks_published_layout(best):
     assert best.evaluation.prediction.step_time_s <= again.prediction.step_time_s
 
 
+def test_the_default_search_takes_whole_experts_where_they_are_faster(best):
+    """Etp 1 beside etp = tp at tp > 1: DeepSeek-V3's best plan is tp 2 with whole experts over
+    ep 8 and pp 16 (33.8 s per step in the model), faster than the best plan that splits experts
+    over tp, which is at tp 1 (ep 8, pp 16: 34.5 s), what the search returned before it tried etp 1."""
+    p = best.parallel
+    assert (p.tp_size, p.etp_size, p.ep_size, p.pp_size) == (2, 1, 8, 16)
+    at_tp_1 = search(SearchRequest(DEEPSEEK, H800, TRAINING, constraints=Constraints.parse({"tp_size": 1}))).best
+    assert best.evaluation.prediction.step_time_s < at_tp_1.evaluation.prediction.step_time_s
+
+
 def test_dense_models_are_searched_without_expert_parallelism():
     request = SearchRequest(catalog.get_model("llama2-7b"), H800, TrainingSpec(256, 4096), num_gpus=64)
     assert ep_sizes(request, 64) == [1]

@@ -45,14 +45,14 @@ def _compositions(total: int, parts: int):
 
 def _expert_layouts(request: SearchRequest, tp: int, dp: int) -> list[tuple[int, int | None]]:
     """(ep, expert_tp_size) pairs of the search space: none for a dense model; for an MoE model
-    the experts split over tp, or over each size an expert_tp_size constraint admits among the
-    divisors of a stage's tp x dp ranks, and every ep of the expert count those ranks carry at
-    that etp."""
+    the experts split over tp or whole (etp 1), or over each size an expert_tp_size constraint
+    admits among the divisors of a stage's tp x dp ranks, and every ep of the expert count those
+    ranks carry at that etp."""
     model, c = request.model, request.constraints
     if not model.is_moe:
         return [(1, None)]
     ranks = tp * dp
-    etps = [e for e in range(1, ranks + 1) if ranks % e == 0 and c.admits("expert_tp_size", e)] if "expert_tp_size" in c.allowed else [tp]
+    etps = [e for e in range(1, ranks + 1) if ranks % e == 0 and c.admits("expert_tp_size", e)] if "expert_tp_size" in c.allowed else sorted({tp, 1})
     return [(ep, etp) for etp in etps for ep in range(1, ranks // etp + 1)
             if (ranks // etp) % ep == 0 and model.num_experts % ep == 0]
 
@@ -388,7 +388,13 @@ def test_shapes_are_built_lazily_and_visited_in_the_order_of_sorting_them_all(mo
     assert result.stats.configurations_enumerated == coarse + sum(1 for _ in shapes(SearchRun(request, SearchStats(), 0.0), 8))
 
 
-def test_lower_bounds_never_exceed_the_evaluator():
+# A DeepSeek-V3 cut to 10 layers (2 dense, then 8 MoE) and 16 experts: layers of two kinds that
+# no pipeline of 4 or 8 stages divides evenly.
+MINI_DEEPSEEK = replace(catalog.get_model("deepseek-v3"), name="mini-deepseek", num_layers=10, first_dense_layers=2, num_experts=16)
+
+
+@pytest.mark.parametrize("model", [catalog.get_model("gpt3-13b"), MINI_DEEPSEEK], ids=["gpt3-13b", "mini-deepseek"])
+def test_lower_bounds_never_exceed_the_evaluator(model):
     """Pruning is only exact if every bound is below what the evaluator predicts."""
     from solver.search.result import SearchStats
     from solver.search.space import (
@@ -399,7 +405,6 @@ def test_lower_bounds_never_exceed_the_evaluator():
         step_lower_bound_s,
     )
 
-    model = catalog.get_model("gpt3-13b")
     cluster = catalog.cluster_spec_from_dict({**catalog.get_entry("nodes", "dgx-a100-80gb"), "num_nodes": 4})
     for flash in (True, False):
         training = TrainingSpec(64, 2048, flash_attention=flash)
@@ -478,14 +483,15 @@ def test_a_search_that_overran_its_budget_says_so(monkeypatch):
     assert result.stats.proven_optimal is True  # every step ran; only the clock ran out
 
 
-@pytest.mark.parametrize("memory_gib", [3.0, 2.0])
-def test_moe_search_with_expert_and_expert_tensor_parallelism_equals_brute_force(memory_gib):
-    """A small MoE model on 4 GPUs: every ep and expert_tp_size (1 or 2, as the request asks) the search considers,
-    against the same space through the evaluator (micro-batches, ZeRO stages and interleaving
-    pinned to keep the brute force short). At 2 GiB the best plan is tp 2 with ep 4 over dp 2,
-    which only expert_tp_size 1 makes legal."""
+@pytest.mark.parametrize("memory_gib, expert_tp_size", [(3.0, None), (2.0, None), (2.0, [1, 2])])
+def test_moe_search_with_expert_and_expert_tensor_parallelism_equals_brute_force(memory_gib, expert_tp_size):
+    """A small MoE model on 4 GPUs: every ep and expert_tp_size the search considers (tp and 1
+    by default, or what the request names), against the same space through the evaluator
+    (micro-batches, ZeRO stages and interleaving pinned to keep the brute force short). At 2 GiB
+    the best plan is tp 2 with ep 4 over dp 2, which only expert_tp_size 1 makes legal."""
     constraints = Constraints.parse(
-        {"micro_batch_size": [1, 2], "zero_stage": [0, 1], "virtual_stages": 1, "expert_tp_size": [1, 2]}
+        {"micro_batch_size": [1, 2], "zero_stage": [0, 1], "virtual_stages": 1}
+        | ({"expert_tp_size": expert_tp_size} if expert_tp_size else {})
     )
     request = SearchRequest(TINY_MOE, tiny_cluster(memory_gib), TRAINING, num_gpus=4, constraints=constraints)
     truth = brute_force(request)

@@ -231,19 +231,24 @@ def expert_tp_sizes(request: SearchRequest, tp: int, ranks: int) -> list[int]:
     """Expert tensor-parallel sizes to consider at tensor parallelism ``tp`` where ``ranks``
     (tp x dp x cp) ranks carry the expert groups, as ``Shape.expert_tp_size`` holds them (0: tp):
     those an expert_tp_size constraint admits among the divisors (``[1]``: whole experts at every
-    tp; ``[1, 2]``: 1 or 2), else tp, Megatron-core's default (expert_tensor_parallel_size None).
+    tp; ``[1, 2]``: 1 or 2), else tp for a dense model or at tp 1, and for an MoE model tp and 1:
+    Megatron-core's default (expert_tensor_parallel_size None: tp) and whole experts, as
+    fine-grained MoE is trained (NVIDIA's DeepSeek-V3 H100 preset and NeMo's Mixtral 8x22B B200
+    row set expert_tensor_parallel_size 1, bench/data/run_inputs.json; torchtitan's ParallelDims
+    takes no other pair). Sizes between are searched only where the request names them.
+    ``check_structure`` and the framework rules judge what is considered.
 
-    Other sizes are searched only when the request names them: with etp 1 beside tp for every
-    MoE shape at tp > 1 (the (ep, etp) layouts Megatron-core and torchtitan run; NVIDIA's
-    DeepSeek-V3 H100 preset is tp 2, etp 1) the space doubles and about six times as many shapes
-    survive their bounds to a partition solve: DeepSeek-V3 on 2048 H800 took 4.9 s of CPU instead
-    of 1.2 s (issue 16's target is 2 s), for a best plan 4.7% faster in the model (tp 2, etp 1, ep 8
-    over pp 16: 32.9 against 34.5 s per step). ``check_structure`` and the framework rules judge
-    what a constraint admits."""
+    Etp 1 doubles an MoE model's shapes at tp > 1, most of which cannot win: the groups' step
+    bounds (shapes built only when theirs comes up) and the memory-aware partition bound
+    (``solver.partition.tail.tail_bottleneck_lower_bound_ns``) keep them cheap. DeepSeek-V3 on
+    2048 H800 (bench/search.py) finds tp 2, etp 1, ep 8 over pp 16, 33.8 s per step in the model
+    against 34.5 s for the best plan at etp = tp, in 0.8 s of CPU against 0.5 s without etp 1."""
     if "expert_tp_size" in request.constraints.allowed:
         admitted = [e for e in divisors(ranks) if request.constraints.admits("expert_tp_size", e)]
         return [0 if e == tp else e for e in admitted]
-    return [0]
+    if not request.model.is_moe or tp == 1:
+        return [0]
+    return [0, 1]
 
 
 @dataclass(eq=False)
