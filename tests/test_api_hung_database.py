@@ -25,15 +25,22 @@ CONCURRENT = 20
 ANSWER_WITHIN_S = 30.0
 
 
+def _loopback_listener() -> socket.socket:
+    """A TCP listener on a free loopback port whose accept() gives up every 0.2 s (so its
+    accepting thread sees a stop request)."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    listener.settimeout(0.2)
+    return listener
+
+
 class SilentDatabase:
     """A TCP listener on a loopback port that accepts connections and never answers."""
 
     def __init__(self) -> None:
-        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(64)
-        self.listener.settimeout(0.2)
+        self.listener = _loopback_listener()
         self.port = self.listener.getsockname()[1]
         self.accepted: list[socket.socket] = []
         self.stopped = threading.Event()
@@ -150,11 +157,7 @@ class FreezingProxy:
         self.target_port = target_port
         self.frozen = threading.Event()
         self.stopped = threading.Event()
-        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(64)
-        self.listener.settimeout(0.2)
+        self.listener = _loopback_listener()
         self.port = self.listener.getsockname()[1]
         self.sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
