@@ -181,7 +181,7 @@ def _search_and_add(
     return PlanOutcome(plan_document(plan), created=True, release=release)
 
 
-def _unknown_plan(session: Session, plan_id: str, access: Access) -> Problem:
+def _unknown_plan(plan_id: str) -> Problem:
     """A 404; another owner's plan is answered exactly as an unknown one. Plan ids are opaque:
     the 404 suggests none (a prefix search would hand out ids to whoever asks, issue 17)."""
     return not_found("plan", plan_id)
@@ -190,14 +190,14 @@ def _unknown_plan(session: Session, plan_id: str, access: Access) -> Problem:
 def get_plan(session: Session, plan_id: str, access: Access = ANYONE) -> schemas.Plan:
     plan = repository.get(session, plan_id, access)
     if plan is None:
-        raise _unknown_plan(session, plan_id, access)
+        raise _unknown_plan(plan_id)
     return plan_document(plan)
 
 
 def delete_plan(session: Session, plan_id: str, access: Access = ANYONE) -> None:
     plan = repository.get(session, plan_id, access)
     if plan is None:
-        raise _unknown_plan(session, plan_id, access)
+        raise _unknown_plan(plan_id)
     repository.delete(session, plan)
 
 
@@ -238,7 +238,7 @@ def export_candidate(
         raise invalid_field("query.candidate", "must be at least 0 (0 is the best)")
     plan = repository.get(session, plan_id, access)
     if plan is None:
-        raise _unknown_plan(session, plan_id, access)
+        raise _unknown_plan(plan_id)
     document = plan_document(plan)
     session.rollback()  # the read is over: release the connection before computing
     if candidate >= len(document.candidates):

@@ -73,21 +73,21 @@ def create_profile(session: Session, raw: Any, access: Access = ANYONE) -> dict[
     return _full(row)
 
 
-def _unknown(session: Session, profile_id: str, access: Access) -> Problem:
+def _unknown(profile_id: str) -> Problem:
     return not_found("profile", profile_id)  # opaque ids: no suggestions
 
 
 def get_profile(session: Session, profile_id: str, access: Access = ANYONE) -> dict[str, Any]:
     row = repository.get(session, profile_id, access)
     if row is None:
-        raise _unknown(session, profile_id, access)
+        raise _unknown(profile_id)
     return _full(row)
 
 
 def delete_profile(session: Session, profile_id: str, access: Access = ANYONE) -> None:
     row = repository.get(session, profile_id, access)
     if row is None:
-        raise _unknown(session, profile_id, access)
+        raise _unknown(profile_id)
     repository.delete(session, row)
 
 
