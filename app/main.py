@@ -100,6 +100,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.database_url,
         Runtime(app.state.sessionmaker, pool, app.state.metrics, settings, app.state.versions, app.state.single_flight),
         settings.solver_workers,
+        settings.database_timeout_s,
     )
     app.state.jobs = jobs
 

@@ -317,3 +317,69 @@ def test_the_client_deadline_never_cuts_a_call_a_live_database_answers(tmp_path)
                 connection.commit()
         finally:
             engine.dispose()
+
+
+def _queue_runner(url: str, queue_url: str):
+    from app.core.db import make_engine, make_sessionmaker
+    from app.jobs.runner import QueueRunner
+
+    engine = make_engine(url, timeout_s=1.0)
+    return engine, QueueRunner(queue_url, make_sessionmaker(engine), timeout_s=1.0)
+
+
+def _timed_submit(runner, job_id: str) -> tuple[object, float]:
+    from app.core.problems import Problem
+
+    started = time.monotonic()
+    try:
+        runner.submit(job_id, [0, 1])
+    except Problem as problem:
+        return problem, time.monotonic() - started
+    return None, time.monotonic() - started
+
+
+def test_the_job_queue_has_the_same_deadlines_as_the_service(tmp_path):
+    """Issue 17, defect 2, for the job queue (jobs on Postgres defer their points to
+    procrastinate on connections of its own). A queue database that stops answering on the
+    connection the API process already holds used to hold the request that deferred for good;
+    one that accepts connections and never answers held it for psycopg_pool's 30 s. Both now
+    fail the submission with the service's 503 (Retry-After) within the database deadlines, and
+    the queue takes points again once the database answers."""
+    with empty_database("postgres", tmp_path) as url:
+        upgrade(url)
+        proxy = FreezingProxy(make_url(url).port or 5432)
+        proxied = make_url(url).set(port=proxy.port).render_as_string(hide_password=False)
+        engine, runner = _queue_runner(url, proxied)
+        try:
+            assert _timed_submit(runner, "job-before")[0] is None  # the queue's connection is open
+            proxy.frozen.set()
+            problem, elapsed_s = _timed_submit(runner, "job-frozen")
+            assert problem is not None and problem.status == 503 and "Retry-After" in problem.headers
+            assert elapsed_s < 15.0, elapsed_s  # 7 x the 1 s timeout, then the watcher
+            proxy.frozen.clear()
+            deadline = time.monotonic() + 30
+            while _timed_submit(runner, "job-after")[0] is not None:
+                assert time.monotonic() < deadline, "the queue did not recover with the database"
+                time.sleep(0.2)
+            with engine.connect() as connection:
+                from sqlalchemy import text
+
+                deferred = connection.execute(text(
+                    "SELECT args->>'job_id', count(*) FROM procrastinate.procrastinate_jobs GROUP BY 1 ORDER BY 1")).all()
+            assert dict(deferred)["job-before"] == 2 and dict(deferred)["job-after"] == 2
+        finally:
+            proxy.frozen.clear()
+            runner.shutdown()
+            engine.dispose()
+            proxy.stop()
+
+        silent = SilentDatabase()
+        engine, runner = _queue_runner(url, f"postgresql+psycopg://postgres@127.0.0.1:{silent.port}/partitura")
+        try:
+            problem, elapsed_s = _timed_submit(runner, "job-silent")
+            assert problem is not None and problem.status == 503
+            assert elapsed_s < 10.0, elapsed_s
+        finally:
+            runner.shutdown()
+            engine.dispose()
+            silent.stop()

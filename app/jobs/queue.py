@@ -14,9 +14,14 @@ import logging
 from typing import Any
 
 import procrastinate
+import psycopg
+import psycopg_pool
 from procrastinate import RetryStrategy
 from sqlalchemy.engine import make_url
 
+from app.core.config import DEFAULT_DATABASE_TIMEOUT_S
+from app.core.db import STATEMENT_TIMEOUT_FACTOR
+from app.core.db_deadlines import CallDeadlines
 from app.jobs.work import RetryablePoint, Runtime, run_point_or_fail
 
 logger = logging.getLogger(__name__)
@@ -37,9 +42,62 @@ def conninfo(database_url: str) -> str:
     return make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-def connector_options() -> dict[str, Any]:
-    """psycopg pool options: every queue connection works in the queue's schema."""
-    return {"kwargs": {"options": f"-c search_path={QUEUE_SCHEMA}"}}
+def connector_options(timeout_s: float = DEFAULT_DATABASE_TIMEOUT_S) -> dict[str, Any]:
+    """psycopg pool options: every queue connection works in the queue's schema, with the
+    service's database timeouts (as app.core.db.make_engine): a connect timeout, a statement
+    timeout of STATEMENT_TIMEOUT_FACTOR x ``timeout_s``, and ``timeout_s`` to wait for a pooled
+    connection."""
+    statement_timeout_ms = int(STATEMENT_TIMEOUT_FACTOR * timeout_s * 1000)
+    return {
+        "kwargs": {
+            "options": f"-c search_path={QUEUE_SCHEMA} -c statement_timeout={statement_timeout_ms}",
+            "connect_timeout": max(2, int(timeout_s + 0.999)),  # libpq's minimum is 2 s
+        },
+        "timeout": timeout_s,
+    }
+
+
+def _deadline_connection_class(deadlines: CallDeadlines) -> type[psycopg.Connection[Any]]:
+    """A psycopg connection whose statements (through any cursor, the pool's health check
+    included), commits and rollbacks run under ``deadlines``: a database that stops answering on
+    a pooled connection gets the socket shut down at the deadline (app.core.db_deadlines), so
+    the call fails instead of holding the request for good."""
+
+    class DeadlineCursor(psycopg.Cursor[Any]):
+        def execute(self, *args: Any, **kwargs: Any) -> Any:
+            deadlines.arm(self.connection)
+            try:
+                return super().execute(*args, **kwargs)
+            finally:
+                deadlines.disarm(self.connection)
+
+        def executemany(self, *args: Any, **kwargs: Any) -> Any:
+            deadlines.arm(self.connection)
+            try:
+                return super().executemany(*args, **kwargs)
+            finally:
+                deadlines.disarm(self.connection)
+
+    class DeadlineConnection(psycopg.Connection[Any]):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.cursor_factory = DeadlineCursor
+
+        def commit(self) -> None:
+            deadlines.arm(self)
+            try:
+                super().commit()
+            finally:
+                deadlines.disarm(self)
+
+        def rollback(self) -> None:
+            deadlines.arm(self)
+            try:
+                super().rollback()
+            finally:
+                deadlines.disarm(self)
+
+    return DeadlineConnection
 
 
 def point_lock(job_id: str, position: int) -> str:
@@ -47,16 +105,33 @@ def point_lock(job_id: str, position: int) -> str:
     return f"partitura-point-{job_id}-{position}"
 
 
-def deferring_app(database_url: str) -> procrastinate.App:
-    """A procrastinate app for the API process, which only defers (synchronously)."""
+def deferring_app(database_url: str, timeout_s: float = DEFAULT_DATABASE_TIMEOUT_S) -> procrastinate.App:
+    """A procrastinate app for the API process, which only defers (synchronously), opened on a
+    pool whose every call has the service's database timeouts and a client-side deadline one
+    timeout past the statement timeout (as app.core.db.make_engine's), so a hung queue database
+    fails a request (503) instead of holding it."""
+    options = connector_options(timeout_s)
+    deadlines = CallDeadlines((STATEMENT_TIMEOUT_FACTOR + 1) * timeout_s)
     # One connection kept open per API process: a replica defers a job's points in one burst.
-    connector = procrastinate.SyncPsycopgConnector(conninfo=conninfo(database_url), min_size=1, max_size=4, **connector_options())
-    return procrastinate.App(connector=connector)
+    # Opened without waiting for it: a database that is away fails the first defer after
+    # ``timeout_s`` (the pool's wait for a connection), not after psycopg_pool's 30 s.
+    pool = psycopg_pool.ConnectionPool(
+        conninfo(database_url), min_size=1, max_size=4, open=False,
+        connection_class=_deadline_connection_class(deadlines), check=psycopg_pool.ConnectionPool.check_connection,
+        **options,
+    )
+    pool.open(wait=False)
+    app = procrastinate.App(connector=procrastinate.SyncPsycopgConnector())
+    app.open(pool)
+    return app
 
 
 def worker_app(database_url: str, runtime: Runtime) -> procrastinate.App:
     """A procrastinate app with the point task, for ``partitura worker``."""
-    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=conninfo(database_url), **connector_options()))
+    # The worker's pool keeps procrastinate's own waits (a worker holds a listening connection
+    # and up to ``concurrency`` busy ones); its connections work in the queue's schema.
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(
+        conninfo=conninfo(database_url), kwargs={"options": f"-c search_path={QUEUE_SCHEMA}"}))
 
     @app.task(name=RUN_POINT_TASK, queue=QUEUE_NAME, retry=POINT_RETRY)
     def run_point(job_id: str, position: int) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
+from app.core.config import DEFAULT_DATABASE_TIMEOUT_S
 from app.core.problems import Problem
 from app.jobs.models import OPEN_STATUSES, Job
 from app.jobs.queue import defer_points, deferring_app
@@ -79,16 +80,17 @@ class EmbeddedRunner:
 class QueueRunner:
     """Points are deferred to procrastinate on the service's Postgres; workers run them."""
 
-    def __init__(self, database_url: str, session_factory: SessionFactory) -> None:
+    def __init__(self, database_url: str, session_factory: SessionFactory, timeout_s: float = DEFAULT_DATABASE_TIMEOUT_S) -> None:
         self._database_url = database_url
         self._session_factory = session_factory
+        self._timeout_s = timeout_s
         self._app: Any = None
         self._lock = threading.Lock()
 
     def _opened(self) -> Any:
         with self._lock:
             if self._app is None:
-                self._app = deferring_app(self._database_url).open()
+                self._app = deferring_app(self._database_url, self._timeout_s)
             return self._app
 
     def submit(self, job_id: str, positions: list[int]) -> None:
@@ -112,13 +114,16 @@ class QueueRunner:
     def shutdown(self) -> None:
         with self._lock:
             if self._app is not None:
+                pool = self._app.connector.pool  # opened here, so closed here (app.close leaves it)
                 self._app.close()
+                pool.close()
                 self._app = None
 
 
-def make_runner(database_url: str, runtime: Runtime, workers: int) -> EmbeddedRunner | QueueRunner:
-    """The queue on Postgres; in this process on SQLite."""
+def make_runner(database_url: str, runtime: Runtime, workers: int,
+                timeout_s: float = DEFAULT_DATABASE_TIMEOUT_S) -> EmbeddedRunner | QueueRunner:
+    """The queue on Postgres (with the service's database timeouts); in this process on SQLite."""
     if database_url.startswith("sqlite"):
         return EmbeddedRunner(runtime, workers)
-    return QueueRunner(database_url, runtime.session_factory)
+    return QueueRunner(database_url, runtime.session_factory, timeout_s)
 
