@@ -18,7 +18,7 @@ from solver.cost.analytic import (
     _fp8_cast_s,
     analytic_profile,
 )
-from solver.cost.comm import all_to_all_s, cp_link, dp_group_layout, inter_node_link, intra_node_link, span_link, tp_link
+from solver.cost.comm import all_to_all_s, cp_link, dp_group_layout, group_link, inter_node_link, intra_node_link, span_link, tp_link
 from solver.cost.compute import bytes_per_element, elementwise_time_s
 from solver.cost.evaluate import evaluate
 from solver.cost.profile import ProfileShape
@@ -139,7 +139,11 @@ def test_an_nvl72_tp32_group_stays_on_nvlink_while_hgx_b200_crosses_the_network(
     nvl72, hgx = catalog.get_cluster("gb200-nvl72-x8"), catalog.get_cluster("hgx-b200-x128")
     assert (nvl72.gpus_per_node, nvl72.domain_gpus) == (4, 72)
     assert tp_link(nvl72, 32) == intra_node_link(nvl72)
-    assert tp_link(hgx, 32) == inter_node_link(hgx)
+    # On HGX B200 it spans 4 nodes, 8 members each: its rings cross the network on all 8 NICs
+    # (solver.cost.comm.group_link), well below NVLink.
+    assert tp_link(hgx, 32) == group_link(hgx, 8, 4)
+    assert tp_link(hgx, 32).latency_s == inter_node_link(hgx).latency_s
+    assert tp_link(hgx, 32).bytes_per_s == 8 * inter_node_link(hgx).bytes_per_s < intra_node_link(hgx).bytes_per_s
     assert tp_link(hgx, 8) == intra_node_link(hgx)
     assert span_link(nvl72, 72) == intra_node_link(nvl72) and span_link(nvl72, 144) == inter_node_link(nvl72)
     # Context parallelism spans tp x cp ranks: 8 x 8 on one rack.

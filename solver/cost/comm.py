@@ -64,9 +64,40 @@ def span_link(cluster: ClusterSpec, ranks: int) -> Link:
     return intra_node_link(cluster) if ranks <= cluster.domain_gpus else inter_node_link(cluster)
 
 
+def group_link(cluster: ClusterSpec, members_per_domain: int, domains: int) -> Link:
+    """The effective link of one ring collective (all-reduce, reduce-scatter, all-gather) over a
+    group with ``members_per_domain`` ranks in each of ``domains`` NVLink domains.
+
+    NCCL builds one ring (or tree) per channel and binds each channel to its own NIC, so a group
+    with k members per domain crosses the network on k NICs at once: bus bandwidth k x the
+    per-GPU NIC share, capped by the NVLink hop every ring also takes inside the domain,
+    min(NVLink, k x per-GPU NIC share); one member per domain gets one NIC's share, the classic
+    ring bound. Every step of a ring that leaves the domain pays the network latency (NCCL's
+    tuning model, src/graph/tuning.cc, charges a ring step its slowest hop's latency). Sources:
+    NCCL's topology search gives each channel its own NIC (NVIDIA/nccl src/graph/search.cc);
+    nccl-tests#119 measures 85-96 GB/s of all-reduce bus bandwidth over 3 whole nodes of 8 A100
+    with 4 HDR NICs each (100 GB/s of NICs per node), where one NIC's share would be 12.5 GB/s.
+
+    Used for groups of whole domains (``tp_link``: a TP group larger than a domain), the shape
+    nccl-tests measures. Data-parallel rings still take one NIC's share per GPU
+    (``data_parallel_collective_s``): for them the bench's evidence is split (llm-foundry's FSDP
+    runs over RoCE moved about one NIC's worth per GPU), see docs/wip/README.md."""
+    intra = intra_node_link(cluster)
+    if domains <= 1:
+        return intra
+    inter = inter_node_link(cluster)
+    nics = max(1, min(members_per_domain, cluster.domain_gpus))
+    return Link(min(intra.bytes_per_s, nics * inter.bytes_per_s), inter.latency_s)
+
+
 def tp_link(cluster: ClusterSpec, tp_size: int) -> Link:
-    """TP groups are adjacent ranks: inside a node unless tp_size exceeds the node."""
-    return span_link(cluster, tp_size)
+    """TP groups are adjacent ranks: inside an NVLink domain unless tp_size exceeds it; then each
+    of its tp / domain domains holds a whole domain of it, and its all-reduces cross the network
+    on every NIC of the domain (``group_link``), not on one GPU's share."""
+    domain = cluster.domain_gpus
+    if tp_size <= domain:
+        return intra_node_link(cluster)
+    return group_link(cluster, domain, -(-tp_size // domain))
 
 
 def pp_link(cluster: ClusterSpec, tp_size: int, dp_size: int, pp_size: int, cp_size: int = 1) -> Link:
