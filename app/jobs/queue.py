@@ -64,38 +64,16 @@ def _deadline_connection_class(deadlines: CallDeadlines) -> type[psycopg.Connect
     the call fails instead of holding the request for good."""
 
     class DeadlineCursor(psycopg.Cursor[Any]):
-        def execute(self, *args: Any, **kwargs: Any) -> Any:
-            deadlines.arm(self.connection)
-            try:
-                return super().execute(*args, **kwargs)
-            finally:
-                deadlines.disarm(self.connection)
-
-        def executemany(self, *args: Any, **kwargs: Any) -> Any:
-            deadlines.arm(self.connection)
-            try:
-                return super().executemany(*args, **kwargs)
-            finally:
-                deadlines.disarm(self.connection)
+        execute = deadlines.watched(psycopg.Cursor.execute, on_cursor=True)
+        executemany = deadlines.watched(psycopg.Cursor.executemany, on_cursor=True)
 
     class DeadlineConnection(psycopg.Connection[Any]):
+        commit = deadlines.watched(psycopg.Connection.commit)
+        rollback = deadlines.watched(psycopg.Connection.rollback)
+
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.cursor_factory = DeadlineCursor
-
-        def commit(self) -> None:
-            deadlines.arm(self)
-            try:
-                super().commit()
-            finally:
-                deadlines.disarm(self)
-
-        def rollback(self) -> None:
-            deadlines.arm(self)
-            try:
-                super().rollback()
-            finally:
-                deadlines.disarm(self)
 
     return DeadlineConnection
 
