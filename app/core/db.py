@@ -95,15 +95,27 @@ def make_engine(database_url: str, timeout_s: float = DEFAULT_DATABASE_TIMEOUT_S
         json_serializer=strict_json,
         pool_pre_ping=True,
         pool_timeout=timeout_s,
-        connect_args={
-            "connect_timeout": max(2, math.ceil(timeout_s)),
-            "options": f"-c statement_timeout={int(STATEMENT_TIMEOUT_FACTOR * timeout_s * 1000)}",
-        },
+        connect_args=postgres_connect_args(timeout_s),
     )
-    # The server's statement timeout, then one database timeout more, kept by the client: a
-    # server that stops answering on a pooled connection cannot hold a request for good.
-    db_deadlines.install(engine, (STATEMENT_TIMEOUT_FACTOR + 1) * timeout_s)
+    db_deadlines.install(engine, client_deadline_s(timeout_s))
     return engine
+
+
+def postgres_connect_args(timeout_s: float) -> dict[str, Any]:
+    """libpq parameters of the service's Postgres connections (its engine's and the job
+    queue's): a connect timeout of ``timeout_s`` (libpq's least is 2 s) and a server-side
+    statement timeout of STATEMENT_TIMEOUT_FACTOR x ``timeout_s``."""
+    return {
+        "connect_timeout": max(2, math.ceil(timeout_s)),
+        "options": f"-c statement_timeout={int(STATEMENT_TIMEOUT_FACTOR * timeout_s * 1000)}",
+    }
+
+
+def client_deadline_s(timeout_s: float) -> float:
+    """The deadline the client keeps on every call of those connections: the server's statement
+    timeout, then one database timeout more, so a server that stops answering on a pooled
+    connection cannot hold a request for good, and a live one always answers or cancels first."""
+    return (STATEMENT_TIMEOUT_FACTOR + 1) * timeout_s
 
 
 def make_probe_engine(database_url: str, timeout_s: float = DEFAULT_DATABASE_TIMEOUT_S) -> Engine:

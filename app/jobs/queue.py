@@ -20,13 +20,15 @@ from procrastinate import RetryStrategy
 from sqlalchemy.engine import make_url
 
 from app.core.config import DEFAULT_DATABASE_TIMEOUT_S
-from app.core.db import STATEMENT_TIMEOUT_FACTOR
+from app.core.db import client_deadline_s, postgres_connect_args
 from app.core.db_deadlines import CallDeadlines
 from app.jobs.work import RetryablePoint, Runtime, run_point_or_fail
 
 logger = logging.getLogger(__name__)
 
 QUEUE_SCHEMA = "procrastinate"
+# Every queue connection works in the queue's schema.
+SEARCH_PATH_OPTION = f"-c search_path={QUEUE_SCHEMA}"
 RUN_POINT_TASK = "partitura.run_point"
 QUEUE_NAME = "partitura"
 # A saturated solver pool or a lost search: the point is tried again, up to this many times, a
@@ -44,15 +46,11 @@ def conninfo(database_url: str) -> str:
 
 def connector_options(timeout_s: float = DEFAULT_DATABASE_TIMEOUT_S) -> dict[str, Any]:
     """psycopg pool options: every queue connection works in the queue's schema, with the
-    service's database timeouts (as app.core.db.make_engine): a connect timeout, a statement
-    timeout of STATEMENT_TIMEOUT_FACTOR x ``timeout_s``, and ``timeout_s`` to wait for a pooled
-    connection."""
-    statement_timeout_ms = int(STATEMENT_TIMEOUT_FACTOR * timeout_s * 1000)
+    service's database timeouts (app.core.db.postgres_connect_args: a connect timeout and a
+    statement timeout), and ``timeout_s`` to wait for a pooled connection."""
+    connect_args = postgres_connect_args(timeout_s)
     return {
-        "kwargs": {
-            "options": f"-c search_path={QUEUE_SCHEMA} -c statement_timeout={statement_timeout_ms}",
-            "connect_timeout": max(2, int(timeout_s + 0.999)),  # libpq's minimum is 2 s
-        },
+        "kwargs": {**connect_args, "options": f"{SEARCH_PATH_OPTION} {connect_args['options']}"},
         "timeout": timeout_s,
     }
 
@@ -89,7 +87,7 @@ def deferring_app(database_url: str, timeout_s: float = DEFAULT_DATABASE_TIMEOUT
     timeout past the statement timeout (as app.core.db.make_engine's), so a hung queue database
     fails a request (503) instead of holding it."""
     options = connector_options(timeout_s)
-    deadlines = CallDeadlines((STATEMENT_TIMEOUT_FACTOR + 1) * timeout_s)
+    deadlines = CallDeadlines(client_deadline_s(timeout_s))
     # One connection kept open per API process: a replica defers a job's points in one burst.
     # Opened without waiting for it: a database that is away fails the first defer after
     # ``timeout_s`` (the pool's wait for a connection), not after psycopg_pool's 30 s.
@@ -109,7 +107,7 @@ def worker_app(database_url: str, runtime: Runtime) -> procrastinate.App:
     # The worker's pool keeps procrastinate's own waits (a worker holds a listening connection
     # and up to ``concurrency`` busy ones); its connections work in the queue's schema.
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(
-        conninfo=conninfo(database_url), kwargs={"options": f"-c search_path={QUEUE_SCHEMA}"}))
+        conninfo=conninfo(database_url), kwargs={"options": SEARCH_PATH_OPTION}))
 
     @app.task(name=RUN_POINT_TASK, queue=QUEUE_NAME, retry=POINT_RETRY)
     def run_point(job_id: str, position: int) -> bool:
