@@ -51,8 +51,9 @@ NEW_KIND_FAMILY_TARGET = 0.15
 # modules (``--recompute-modules``), a per-job choice the recipes state, the pipeline schedule
 # (DeepSeek-V3's DualPipe, arXiv 2412.19437 Sec 3.2.1), the optimizer's moments' dtype
 # (Megatron-core's precision-aware optimizer; DeepSeek-V3 Sec 3.3.3) and the dtype the MoE experts
-# keep their activation function's input in (DeepSeek-V3 Sec 3.3.3).
-RUN_FACTS = ("recompute_modules", "pipeline_schedule", "moments_dtype", "moe_act_input_dtype")
+# keep their activation function's input in (DeepSeek-V3 Sec 3.3.3), and whether kernel launches
+# block (CUDA_LAUNCH_BLOCKING=1, BLOOM's runs on Jean Zay).
+RUN_FACTS = ("recompute_modules", "pipeline_schedule", "moments_dtype", "moe_act_input_dtype", "launch_blocking")
 
 
 @dataclass(frozen=True)

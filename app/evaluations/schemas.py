@@ -122,6 +122,13 @@ class Training(BaseModel):
             "FP8 copy as DeepSeek-V3 did (arXiv 2412.19437 Sec 3.3.3); null: half, the 16-bit tensor"
         ),
     )
+    launch_blocking: Flag | None = Field(
+        None,
+        description=(
+            "the job runs with CUDA_LAUNCH_BLOCKING=1 (as BLOOM-176B did): kernel launches wait for their kernels, so the stack's "
+            "host time per layer adds to the GPU's instead of overlapping it; null: false"
+        ),
+    )
 
 
 Parallel = create_model(

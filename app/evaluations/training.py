@@ -29,7 +29,7 @@ def resolve_training(training: Training) -> Training:
 
 
 # TrainingSpec fields a request may set that no stack sets (null: the TrainingSpec default).
-RUN_FACTS = ("moments_dtype", "moe_act_input_dtype")
+RUN_FACTS = ("moments_dtype", "moe_act_input_dtype", "launch_blocking")
 
 
 def training_spec(training: Training) -> TrainingSpec:

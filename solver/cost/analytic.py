@@ -150,6 +150,16 @@ def _sixteen_bit(precision: Precision) -> Precision:
     return Precision.BF16 if _quantised(precision) else precision
 
 
+def layer_with_host_s(gpu_s: float, host_s: float, launch_blocking: bool) -> float:
+    """A layer pass's time beside the framework's host work for it (``host_s``, launching its
+    kernels and collectives). Launches are asynchronous: the host runs ahead and the pass takes the
+    longer of the two. Under CUDA_LAUNCH_BLOCKING=1 every launch returns only once its kernel has
+    finished (CUDA Programming Guide, "Asynchronous Concurrent Execution"), so the GPU waits for the
+    host between kernels and the two add up. A stack without a measured host time (0) adds
+    nothing either way."""
+    return gpu_s + host_s if launch_blocking else max(gpu_s, host_s)
+
+
 def _activation_all_reduce_s(cluster: ClusterSpec, tokens: float, hidden_size: int, tp_size: int) -> float:
     """One all-reduce of a 16-bit tokens x hidden activation over the TP group (0 at tp_size 1)."""
     return all_reduce_s(BYTES_16BIT * tokens * hidden_size, tp_size, tp_link(cluster, tp_size))
@@ -415,8 +425,9 @@ def _layer_profile(
         + fp8_backward_s
     )
     # The framework's host work per layer runs ahead of the GPU: a layer takes the longer of the two.
-    forward_s = max(forward_s, training.host_s_per_layer)
-    backward_s = max(backward_s, BACKWARD_TO_FORWARD * training.host_s_per_layer)
+    # Under CUDA_LAUNCH_BLOCKING=1 each launch waits for its kernel, so the two add up.
+    forward_s = layer_with_host_s(forward_s, training.host_s_per_layer, training.launch_blocking)
+    backward_s = layer_with_host_s(backward_s, BACKWARD_TO_FORWARD * training.host_s_per_layer, training.launch_blocking)
     selective_recompute_s = 0.0 if flash else attention_forward_s + score_elementwise_s
 
     # 2 all-reduces forward + 2 backward of the b*s*h activation (or the same volume as

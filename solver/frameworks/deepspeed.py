@@ -36,6 +36,7 @@ from solver.frameworks.export import (
     differs,
     fold_context_parallel,
     full_recompute_counts,
+    launch_environment,
     recompute_form,
     render_shell,
     resplit,
@@ -389,6 +390,7 @@ def export(plan: PlanToExport) -> Export:
     ]
     launcher = ["deepspeed", '--hostfile "${HOSTFILE:-hostfile}"', f"--num_nodes {plan.num_nodes}", f"--num_gpus {plan.processes_per_node}"]
     environment = ["export CUDA_DEVICE_MAX_CONNECTIONS=1"] if parallel.tp_size > 1 else []
+    environment += launch_environment(training)
     script = render_shell(program, launcher, launcher_arguments(plan, parallel, training), header, environment)
     config = json.dumps(ds_config(plan, parallel, training), indent=2) + "\n"
     files = (

@@ -255,6 +255,25 @@ def without_fp8_act_input(model: ModelSpec, training: TrainingSpec, framework: s
     )
 
 
+def launch_environment(training: TrainingSpec) -> list[str]:
+    """Shell lines a launch script sets for the job's own run settings: CUDA_LAUNCH_BLOCKING=1
+    where the plan was costed with blocking launches (``training.launch_blocking``)."""
+    return ["export CUDA_LAUNCH_BLOCKING=1"] if training.launch_blocking else []
+
+
+def without_launch_blocking(training: TrainingSpec, framework: str) -> tuple[TrainingSpec, tuple["Difference", ...]]:
+    """For an export that is a configuration file, which does not set the environment the job
+    starts in: the same training with asynchronous launches, a difference naming
+    ``training.launch_blocking`` (the plan's host time per layer then hides behind the GPU's)."""
+    if not training.launch_blocking:
+        return training, ()
+    return replace(training, launch_blocking=False), (
+        differs("training.launch_blocking", True, False,
+                f"{framework}'s configuration file cannot set CUDA_LAUNCH_BLOCKING: started without it, kernel launches run ahead"
+                " of the GPU and steps take less time than planned; export CUDA_LAUNCH_BLOCKING=1 where the job starts to run as planned"),
+    )
+
+
 def listed(values: tuple[int, ...] | None) -> str:
     return "null" if values is None else "[" + ", ".join(str(v) for v in values) + "]"
 

@@ -52,6 +52,7 @@ from solver.frameworks.export import (
     block_recompute_layers,
     differs,
     full_recompute_counts,
+    launch_environment,
     recompute_form,
     render_shell,
     without_bf16_moments,
@@ -352,6 +353,7 @@ def export(plan: PlanToExport) -> Export:
     # gathers run beside compute on other streams).
     fsdp = fsdp_strategy(parallel.zero_stage) is not None
     environment = ["unset CUDA_DEVICE_MAX_CONNECTIONS"] if fsdp else ["export CUDA_DEVICE_MAX_CONNECTIONS=1"] if parallel.tp_size > 1 else []
+    environment += launch_environment(nearest.training)
     text = render_shell(program, torchrun(plan), arguments(plan, parallel, nearest.training), header, environment)
     notes = (
         f"vocabulary of {plan.model.vocab_size} tokens: pass your tokenizer (Megatron pads it to a multiple of 128 x tp)",

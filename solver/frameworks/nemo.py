@@ -33,6 +33,7 @@ from solver.frameworks.export import (
     resplit,
     without_bf16_moments,
     without_fp8_act_input,
+    without_launch_blocking,
     without_nvme,
 )
 from solver.frameworks.megatron import exact_recompute, recompute_settings
@@ -124,7 +125,8 @@ def exact_config(plan: PlanToExport) -> Nearest:
         " precision-aware optimizer and keeps Adam's moments in fp32 (the Megatron-LM export writes --exp-avg-dtype bf16)",
     )
     training, act_input = without_fp8_act_input(plan.model, training, "NeMo (megatron-core)")
-    return Nearest(parallel, training, (*out, *recompute, *moments, *act_input))
+    training, blocking = without_launch_blocking(training, "NeMo")
+    return Nearest(parallel, training, (*out, *recompute, *moments, *act_input, *blocking))
 
 
 def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[str, YamlValue]]:

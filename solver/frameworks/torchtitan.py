@@ -34,6 +34,7 @@ from solver.frameworks.export import (
     without_activation_offload,
     without_bf16_moments,
     without_fp8_act_input,
+    without_launch_blocking,
     without_nvme,
 )
 from solver.spec.dimensions import Offload
@@ -158,7 +159,8 @@ def exact_config(plan: PlanToExport) -> Nearest:
         training, "torchtitan's AdamW keeps its moments in the dtype of the parameters it steps, FSDP2's fp32 shards",
     )
     training, act_input = without_fp8_act_input(plan.model, training, "torchtitan")
-    return Nearest(parallel, training, (*out, *moments, *act_input))
+    training, blocking = without_launch_blocking(training, "torchtitan")
+    return Nearest(parallel, training, (*out, *moments, *act_input, *blocking))
 
 
 def model_parts(plan: PlanToExport, parallel: ParallelConfig) -> list[list[str]]:

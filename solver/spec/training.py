@@ -357,6 +357,12 @@ class TrainingSpec:
     # The dtype the MoE experts keep their activation function's input in (``ActInputDtype``):
     # 16 bit, or FP8 (DeepSeek-V3's training).
     moe_act_input_dtype: ActInputDtype = ActInputDtype.HALF
+    # Whether the job runs with CUDA_LAUNCH_BLOCKING=1: every kernel launch waits for the kernel to
+    # finish, so the framework's host work per layer (``host_s_per_layer``) adds to the GPU's
+    # instead of running ahead of it (CUDA Programming Guide, "Asynchronous Concurrent Execution":
+    # the variable disables asynchronous kernel launches). BLOOM-176B trained so, to get past a
+    # hang at 40+ nodes (bigscience tr11-176B-ml.slurm: export CUDA_LAUNCH_BLOCKING=1).
+    launch_blocking: bool = False
 
     def __post_init__(self) -> None:
         check_positive_int("training.global_batch_size", self.global_batch_size)
@@ -380,6 +386,8 @@ class TrainingSpec:
                 "training.recompute_modules", f"must list some of {', '.join(m.value for m in RecomputeModule)}, got {self.recompute_modules!r}"
             ) from None
         object.__setattr__(self, "recompute_modules", modules)
+        if not isinstance(self.launch_blocking, bool):
+            raise SpecError("training.launch_blocking", f"must be true or false, got {self.launch_blocking!r}")
         if not 0.0 <= self.host_s_per_layer <= HOST_S_PER_LAYER_MAX:
             raise SpecError("training.host_s_per_layer", f"must be between 0 and {HOST_S_PER_LAYER_MAX:g} s, got {self.host_s_per_layer!r}")
         if self.train_tokens is not None and not 0 < self.train_tokens <= TRAIN_TOKENS_MAX:
