@@ -33,3 +33,22 @@ def test_fewer_gpus_or_a_range_of_counts_is_a_different_request(api):
     assert fewer.status_code == ranged.status_code == 201, (fewer.text, ranged.text)
     assert len({whole.json()["id"], fewer.json()["id"], ranged.json()["id"]}) == 3
     assert "num_gpus" not in ranged.json()["request"]
+
+
+def test_a_run_setting_spelled_out_at_its_default_is_the_same_request(api):
+    """``launch_blocking: false``, ``moments_dtype: fp32`` and ``moe_act_input_dtype: half`` are
+    what a request that leaves them out gets; the stored request leaves them unset too. Set to
+    anything else, they are another question."""
+    name = unique_name("hash")
+    plain = api.post("/v1/plans", json=_body(name))
+    assert plain.status_code == 201, plain.text
+    training = {"global_batch_size": 16, "seq_length": 512}
+    spelled = api.post("/v1/plans", json=_body(name, training={**training, "launch_blocking": False, "moments_dtype": "fp32",
+                                                               "moe_act_input_dtype": "half"}))
+    assert spelled.status_code == 200, spelled.text
+    assert spelled.json()["id"] == plain.json()["id"]
+    stored = spelled.json()["request"]["training"]
+    assert all(stored.get(name) is None for name in ("launch_blocking", "moments_dtype", "moe_act_input_dtype")), stored
+    blocking = api.post("/v1/plans", json=_body(name, training={**training, "launch_blocking": True}))
+    assert blocking.status_code == 201, blocking.text
+    assert blocking.json()["id"] != plain.json()["id"] and blocking.json()["request"]["training"]["launch_blocking"] is True

@@ -4,6 +4,10 @@ evaluations, plans, sweeps and sizing; free of SQLAlchemy and FastAPI."""
 
 from __future__ import annotations
 
+import dataclasses
+from enum import Enum
+from typing import Any
+
 import catalog
 from app.core.problems import clip, from_spec_error, invalid_field
 from app.evaluations.schemas import Training
@@ -30,6 +34,20 @@ def resolve_training(training: Training) -> Training:
 
 # TrainingSpec fields a request may set that no stack sets (null: the TrainingSpec default).
 RUN_FACTS = ("moments_dtype", "moe_act_input_dtype", "launch_blocking")
+
+
+def _json_value(value: object) -> object:
+    return value.value if isinstance(value, Enum) else value
+
+
+# Each run fact's default as a request spells it ("fp32", "half", false).
+RUN_FACT_DEFAULTS = {f.name: _json_value(f.default) for f in dataclasses.fields(TrainingSpec) if f.name in RUN_FACTS}
+
+
+def without_default_run_facts(training: dict[str, Any]) -> dict[str, Any]:
+    """A dumped request's training settings without the run facts that only spell out their
+    default: ``"launch_blocking": false`` asks what leaving it out asks."""
+    return {name: value for name, value in training.items() if not (name in RUN_FACT_DEFAULTS and value == RUN_FACT_DEFAULTS[name])}
 
 
 def training_spec(training: Training) -> TrainingSpec:

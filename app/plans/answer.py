@@ -20,7 +20,7 @@ from app.catalog.resolve import NO_CUSTOM_ENTRIES, CustomEntries, Resolved
 from app.core.config import Settings
 from app.core.problems import from_spec_error, invalid_field
 from app.core.versions import Versions
-from app.evaluations.training import check_num_gpus, error_band, resolve_training, training_spec
+from app.evaluations.training import check_num_gpus, error_band, resolve_training, training_spec, without_default_run_facts
 from app.plans import choice, schemas
 from solver.cost.profile import ModelProfile
 from solver.search.loop import search
@@ -36,8 +36,9 @@ def normalise(body: schemas.PlanRequest, time_budget_s: float, cluster_num_gpus:
     (``cluster_num_gpus`` None: the request names several clusters, each planned on all its GPUs)."""
     request = body.model_dump(mode="json", exclude_none=True)
     # The stack and every fact it sets, written out: the stored plan says what it assumed, and a
-    # request naming the default stack equals one that leaves it out.
-    request["training"] = resolve_training(body.training).model_dump(mode="json", exclude_none=True)
+    # request naming the default stack equals one that leaves it out; likewise a run fact spelled
+    # out at its default.
+    request["training"] = without_default_run_facts(resolve_training(body.training).model_dump(mode="json", exclude_none=True))
     request["time_budget_s"] = time_budget_s
     request.setdefault("constraints", {})
     if cluster_num_gpus is None:
