@@ -222,6 +222,7 @@ BREAKDOWN_COLUMNS = {
     "activations": "act",
     "embedding_and_logits": "emb+log",
     "zero3_gather_buffers": "z3buf",
+    "optimizer_step_copy": "step",
     "reserve": "rsrv",
 }
 

@@ -22,7 +22,10 @@ from bench.memory import (
     summarize,
 )
 
-# Today's result (bench/memory.py): 28 of 38 within 10%, MAPE 10.1%: torchtitan's column-parallel
+# Today's result (bench/memory.py): 29 of 38 within 10%, MAPE 9.9%: DeepSpeed ZeRO-3's optimizer step
+# copies each sub-group's gradients to fp32 after backward has freed the activations
+# (step_grad_copy_bytes_per_param; the GPT-2 12B record -15.8 -> +8.4%). Before that (28 of 38,
+# 10.1%): torchtitan's column-parallel
 # GEMMs keep their all-gathered inputs under sequence parallelism (sp_saved_input, 10.2% before).
 # Before that (28 of 38, 10.2%): eager PyTorch's cross entropy over vocabulary-sharded logits
 # under tensor parallelism (DTensor's loss parallel, 16 bytes per logit
@@ -40,7 +43,7 @@ from bench.memory import (
 # Megatron's fp32 main grads apply). Raise the floor and lower the ceiling as the memory model
 # improves; never the other way. The ceiling is loose on purpose (today + 8 points): it catches
 # a gross regression, not the drift of a term being reworked.
-WITHIN_TARGET_FLOOR = 28
+WITHIN_TARGET_FLOOR = 29
 MAPE_CEILING = 0.18
 
 RECORD_FIELDS = ("id", "source", "where_in_source", "quoted", "measured_gib", "measures", "run")

@@ -20,6 +20,7 @@ from app.viewer.pages import plan_page
 from app.viewer.schedule import Pass, pipeline_schedule
 from conftest import LiveServer, assert_problem, error_fields
 from solver.cost.memory import in_flight_micro_batches
+from solver.cost.result import MEMORY_KEYS
 from solver.cost.schedule import pipeline_bubble_fraction, pipeline_slots
 
 # Interleaved: 64 sequences, dp x mbs = 8 -> 8 micro-batches through 4 stages of 2 chunks.
@@ -114,7 +115,7 @@ def check_candidate_page(api: httpx.Client, plan: dict, index: int) -> Elements:
 
     # Memory: the parts of every stage are the JSON's numbers and add up to its peak.
     parts = parsed.with_class("memory-part")
-    assert len(parts) == 7 * p
+    assert len(parts) == len(MEMORY_KEYS) * p  # one part per kind of memory
     for stage in candidate["stages"]:
         mine = {a["data-kind"]: float(a["data-gib"]) for a in parts if int(a["data-stage"]) == stage["stage"]}
         assert mine == stage["breakdown_gib"]

@@ -431,6 +431,12 @@ class StackFacts(BaseModel):
             "(Transformer Engine's GroupedLinear, DeepSpeed-MoE's loop; with MXFP8 one quantisation kernel per expert too)"
         )
     )
+    step_grad_copy_bytes_per_param: int = Field(
+        description="bytes per parameter of the gradient copy the optimizer step makes one sub-group at a time (DeepSpeed ZeRO-3: 6)"
+    )
+    optimizer_sub_group_params: int = Field(
+        description="parameters the optimizer steps at a time (DeepSpeed's sub_group_size; 0: the whole local shard)"
+    )
 
 
 class StackFactSources(BaseModel):
@@ -457,6 +463,8 @@ class StackFactSources(BaseModel):
     loss_keeps_logits: str
     sp_saved_input: str
     expert_gemms: str
+    step_grad_copy_bytes_per_param: str
+    optimizer_sub_group_params: str
 
 
 class StackEntry(BaseModel):

@@ -60,5 +60,7 @@ LatencyUs = _in_range(*hardware.LATENCY_S_RANGE, scale=1e-6)
 PriceUsd = _in_range(*hardware.GPU_HOUR_PRICE_USD_RANGE)
 TrainTokens = Annotated[float, Field(strict=True, gt=0, le=training.TRAIN_TOKENS_MAX, allow_inf_nan=False)]
 HostSeconds = Annotated[float, Field(strict=True, ge=0, le=training.HOST_S_PER_LAYER_MAX, allow_inf_nan=False)]
+StepCopyBytes = Annotated[int, Field(strict=True, ge=0, le=training.STEP_GRAD_COPY_BYTES_MAX)]
+SubGroupParams = Annotated[int, Field(strict=True, ge=0, le=training.SUB_GROUP_PARAMS_MAX)]
 MemoryFraction = _in_range(*evaluate.MEMORY_FRACTION_RANGE)
 DeadlineS = _in_range(*request.DEADLINE_S_RANGE)

@@ -7,7 +7,19 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from app.catalog.schemas import ClusterSpecIn, ModelSpecIn
 from app.core.dimensions import parallel_fields
-from app.core.types import LIST_MAX_ITEMS, Flag, HostSeconds, NonNegativeInt, PositiveInt, Reference, Size, TrainTokens, not_given
+from app.core.types import (
+    LIST_MAX_ITEMS,
+    Flag,
+    HostSeconds,
+    NonNegativeInt,
+    PositiveInt,
+    Reference,
+    Size,
+    StepCopyBytes,
+    SubGroupParams,
+    TrainTokens,
+    not_given,
+)
 
 
 class Training(BaseModel):
@@ -97,6 +109,17 @@ class Training(BaseModel):
             "how a rank's local experts run their GEMMs: one grouped kernel for all of them, or one launch per expert "
             "(Transformer Engine's GroupedLinear, DeepSpeed-MoE's loop; with MXFP8 one quantisation kernel per expert too); null: the stack's"
         ),
+    )
+    step_grad_copy_bytes_per_param: StepCopyBytes | None = Field(
+        None,
+        description=(
+            "bytes per parameter of the gradient copy the optimizer step makes one sub-group at a time (DeepSpeed ZeRO-3: a flat 16-bit "
+            "copy and its fp32 cast, 6); null: the stack's"
+        ),
+    )
+    optimizer_sub_group_params: SubGroupParams | None = Field(
+        None,
+        description="parameters the optimizer steps at a time (DeepSpeed's sub_group_size; 0: the whole local shard); null: the stack's",
     )
     # Megatron-core's --recompute-modules (solver.spec.training.RecomputeModule): what a selectively
     # recomputed layer recomputes where the stack's selective mode is "attention".
@@ -214,6 +237,9 @@ class MemoryBreakdown(BaseModel):
     activations: float = Field(description="activations kept for backward, in-flight micro-batches included, GiB")
     embedding_and_logits: float = Field(description="embedding output and logits, GiB")
     zero3_gather_buffers: float = Field(description="ZeRO-3 gathered-weight buffers, GiB")
+    optimizer_step_copy: float = Field(
+        description="what the optimizer step's gradient copy (DeepSpeed ZeRO-3: fp32 per sub-group) adds beyond the backward's freed memory, GiB"
+    )
     reserve: float = Field(description="runtime reserve and allocator fragmentation, GiB")
 
 

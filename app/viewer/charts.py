@@ -28,6 +28,7 @@ MEMORY_KINDS: dict[str, tuple[str, str, str]] = {
     "activations": ("activations", "#76b7b2", "dots"),
     "embedding_and_logits": ("embedding and logits", "#59a14f", "vertical"),
     "zero3_gather_buffers": ("ZeRO-3 gather buffers", "#edc948", "horizontal"),
+    "optimizer_step_copy": ("optimizer step's gradient copy", "#b07aa1", "grid"),
     "reserve": ("reserve", "#bab0ac", "antidiagonal"),
 }
 # Step-time parts in the order of ``solver.cost.result.BREAKDOWN_KEYS``: label, fill, pattern.
@@ -66,6 +67,7 @@ def _pattern_defs(prefix: str, styles: dict[str, tuple[str, str, str]]) -> str:
         "dots": '<circle cx="4" cy="4" r="1.4" fill="#000" fill-opacity="0.5"/>',
         "vertical": '<path d="M4,0 L4,8" stroke="#000" stroke-opacity="0.45" stroke-width="1.2"/>',
         "horizontal": '<path d="M0,4 L8,4" stroke="#000" stroke-opacity="0.45" stroke-width="1.2"/>',
+        "grid": '<path d="M0,4 L8,4 M4,0 L4,8" stroke="#000" stroke-opacity="0.35" stroke-width="1"/>',
     }
     out = []
     for key, (_label, fill, texture) in styles.items():

@@ -140,6 +140,26 @@ def reserve_bytes(allocated_bytes: float) -> float:
     return RUNTIME_RESERVE_BYTES + FRAGMENTATION_FRACTION * allocated_bytes
 
 
+def optimizer_step_copy_bytes(shard_parameter_count: float, copy_bytes_per_param: int, sub_group_params: int) -> float:
+    """The gradient copy the optimizer step holds beside the model states, at its largest: one
+    sub-group's worth (``sub_group_params``; 0: the whole local shard) of ``copy_bytes_per_param``.
+
+    DeepSpeed ZeRO-3 steps its local shard one sub-group at a time; for each it flattens the
+    sub-group's 16-bit gradient partitions into a new tensor (2 bytes per parameter: the
+    partitions stay in their contiguous buffer) and casts that to fp32 (4), so 6 bytes per
+    parameter are alive until the flat copy is freed, and the fp32 one until the sub-group has
+    stepped (deepspeed/runtime/zero/stage3.py ``_prepare_fp32_grad_for_sub_group`` and
+    ``_release_sub_group``, unchanged from v0.3.15 to v0.14). The sub-group size is the
+    ``sub_group_size`` setting: 1e9 parameters by default from v0.5.0 (runtime/zero/config.py
+    at v0.7.0; constants.py before), 1e12 before, and 1e12 under PyTorch Lightning's
+    DeepSpeedStrategy, whose own default it is. Activations and gathered weights are freed by
+    then, so this peak stands beside the backward one, not on top of it (``stage.stage_cost``)."""
+    if copy_bytes_per_param <= 0 or shard_parameter_count <= 0:
+        return 0.0
+    stepped = min(shard_parameter_count, sub_group_params) if sub_group_params > 0 else shard_parameter_count
+    return copy_bytes_per_param * stepped
+
+
 def optimizer_step_bytes_per_param(optimizer: OptimizerKind, moments: MomentsDtype = MomentsDtype.FP32) -> int:
     """HBM traffic of one optimizer step per parameter of the local shard.
 

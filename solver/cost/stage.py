@@ -28,6 +28,7 @@ from solver.cost.memory import (
     ZERO3_PREFETCHED_LAYERS,
     model_state_bytes,
     optimizer_step_bytes_per_param,
+    optimizer_step_copy_bytes,
     pipelined_sharding,
     reserve_bytes,
 )
@@ -110,6 +111,8 @@ class StagePolicy:
     grad_bucket_copy: bool = False  # DDP's buckets beside the gradients (TrainingSpec.grad_bucket_copy)
     nvme_offload: NvmeOffload = NvmeOffload.NONE  # what of the offloaded states is on NVMe (ParallelConfig.nvme_offload)
     moments_dtype: MomentsDtype = MomentsDtype.FP32  # the optimizer's moments (TrainingSpec.moments_dtype)
+    step_grad_copy_bytes_per_param: int = 0  # the optimizer step's gradient copy (TrainingSpec)
+    optimizer_sub_group_params: int = 0  # what the step copies at a time; 0: the whole shard (TrainingSpec)
 
     @staticmethod
     def of(gpu: GpuSpec, parallel: ParallelConfig, training: TrainingSpec, num_micro_batches: int) -> "StagePolicy":
@@ -118,7 +121,7 @@ class StagePolicy:
             Recompute.SELECTIVE if parallel.recompute is Recompute.SELECTIVE else Recompute.NONE,
             parallel.pp_size, parallel.expert_dp_size, training.grad_bytes_per_param, parallel.offload,
             parallel.activation_offload_layers, training.autocast_weights, training.grad_bucket_copy, parallel.nvme_offload,
-            training.moments_dtype,
+            training.moments_dtype, training.step_grad_copy_bytes_per_param, training.optimizer_sub_group_params,
         )
 
     @property
@@ -297,6 +300,24 @@ def optimizer_shard_parameter_count(parameter_count: float, policy: StagePolicy,
     return parameter_count
 
 
+def step_copy_bytes(parameter_count: float, policy: StagePolicy, expert_parameter_count: float = 0) -> float:
+    """The optimizer step's gradient copy on this GPU (``memory.optimizer_step_copy_bytes``) over
+    its optimizer shard; none where the optimizer steps on the host (offload: DeepSpeed copies the
+    gradients to the host's fp32 buffer instead, ``_prepare_sub_group``)."""
+    if policy.offload is not Offload.NONE:
+        return 0.0
+    shard = optimizer_shard_parameter_count(parameter_count, policy, expert_parameter_count)
+    return optimizer_step_copy_bytes(shard, policy.step_grad_copy_bytes_per_param, policy.optimizer_sub_group_params)
+
+
+def step_peak_excess_bytes(copy_bytes: float, backward_transient_bytes: float) -> float:
+    """What the optimizer step's copy adds to a stage's peak: the step runs after backward, when
+    the activations, the head's and embedding's tensors and ZeRO-3's gathered weights
+    (``backward_transient_bytes``) are freed, so the peak is the larger of the two moments and the
+    step adds only its excess over the backward's transient memory."""
+    return max(0.0, copy_bytes - backward_transient_bytes)
+
+
 # --------------------------------------------------------------------------- one stage
 
 
@@ -372,6 +393,8 @@ def stage_cost(
         embedding_and_logits=extras_activation_bytes(in_flight, embedding, head, base, working),
         zero3_gather_buffers=stage_buffer_bytes(largest, params, policy),
     )
+    transient = allocated["activations"] + allocated["embedding_and_logits"] + allocated["zero3_gather_buffers"]
+    allocated["optimizer_step_copy"] = step_peak_excess_bytes(step_copy_bytes(params, policy, experts), transient)
     memory = StageMemory(**allocated, reserve=reserve_bytes(sum(allocated.values())))
     host = host_bytes_per_gpu(held["optimizer_states"], policy.optimizer, policy.offload, policy.nvme_offload, policy.moments_dtype) + in_flight * (
         sum(offloaded) + sum(moved)

@@ -293,6 +293,10 @@ def ds_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSp
             "stage3_max_reuse_distance": ZERO3_GATHERED_LAYERS * layer_elements,
             "stage3_param_persistence_threshold": PERSISTENCE_ELEMENTS_PER_HIDDEN * plan.model.hidden_size,
         })
+        if training.optimizer_sub_group_params > 0:
+            # The sub-group the plan's memory charged the step's gradient copy over
+            # (solver.cost.memory.optimizer_step_copy_bytes).
+            zero["sub_group_size"] = training.optimizer_sub_group_params
     zero.update(offload_settings(parallel))
     config: dict[str, Any] = {
         "train_batch_size": training.global_batch_size,

@@ -50,6 +50,8 @@ from solver.cost.stage import (
     grad_accumulation_s,
     stage_buffer_bytes,
     state_bytes_per_parameter,
+    step_copy_bytes,
+    step_peak_excess_bytes,
     working_bytes,
 )
 from solver.spec.hardware import GpuSpec
@@ -268,6 +270,16 @@ def partition_problem(
         return grad_accumulation_s(gpu, parameter_count, policy) - launch_s
 
     full_working_kib = max(base_working_kib, max(working, default=0))
+    # The optimizer step's gradient copy (stage.step_peak_excess_bytes) outlives the backward's
+    # transient memory; before the stage's layers are known, its copy over every parameter of the
+    # model (exact with one stage), less the part of that transient memory every stage holds
+    # anyway: its fixed buffers, the base's working set and, with one stage (every layer on it),
+    # each layer's checkpoint or what it keeps unrecomputed, whichever is less. Never below the
+    # evaluator's.
+    all_experts = sum(experts) + sum(layer.expert_parameter_count for layer in extras_all)
+    all_params = sum(params) + sum(layer.parameter_count for layer in extras_all)
+    copy_bound = max(step_copy_bytes(all_params, policy, all_experts), step_copy_bytes(all_params, policy))
+    least_kept_kib = sum(map(min, kept, checkpoints)) if pp == 1 and copy_bound else 0
 
     def stage_terms(stage: int) -> tuple[int, int, int, int]:
         """The stage's extra time, extra state, budget and recompute working set."""
@@ -280,6 +292,7 @@ def partition_problem(
             in_flight[stage], embedding if first_stage else None, head if last_stage else None, policy.base_recompute,
             base_working_kib * KIB_BYTES,
         )
+        fixed += step_peak_excess_bytes(copy_bound, fixed + (base_working_kib + in_flight[stage] * least_kept_kib) * KIB_BYTES)
         extra_params = sum(layer.parameter_count for layer in extras)
         extra_experts = sum(layer.expert_parameter_count for layer in extras)  # a head's MTP layer has experts
         time_ns = _ns(sum(layer.time_s(policy.base_recompute) for layer in extras) + launch_s + accumulation_s(extra_params))

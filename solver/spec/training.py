@@ -12,6 +12,11 @@ from solver.spec.errors import SpecError, check_positive_int
 TRAIN_TOKENS_MAX = 1e18
 # Host time per layer and forward pass: up to a second (three orders above any measured stack).
 HOST_S_PER_LAYER_MAX = 1.0
+# The optimizer step's gradient copy: at most a 16-bit flat copy and an fp32 cast of it per
+# parameter, with room for a stack that keeps more (16 bytes is a whole fp32 Adam state and grad).
+STEP_GRAD_COPY_BYTES_MAX = 16
+# An optimizer sub-group: DeepSpeed's default is 1e9 parameters, Lightning's 1e12 (the whole shard).
+SUB_GROUP_PARAMS_MAX = 10**15
 
 
 class Precision(str, Enum):
@@ -363,6 +368,16 @@ class TrainingSpec:
     # the variable disables asynchronous kernel launches). BLOOM-176B trained so, to get past a
     # hang at 40+ nodes (bigscience tr11-176B-ml.slurm: export CUDA_LAUNCH_BLOCKING=1).
     launch_blocking: bool = False
+    # Bytes per parameter of the gradient copy the optimizer step makes, one sub-group of the local
+    # shard at a time, beside the gradients it copies (solver.cost.memory.optimizer_step_copy_bytes):
+    # DeepSpeed ZeRO-3 flattens a sub-group's 16-bit gradient partitions into a new tensor (2) and
+    # casts that to fp32 for the step (4) before it frees the flat copy
+    # (deepspeed/runtime/zero/stage3.py ``_prepare_fp32_grad_for_sub_group``, v0.3 to v0.14).
+    # 0: the step reads the gradients where they are.
+    step_grad_copy_bytes_per_param: int = 0
+    # Parameters the optimizer steps at a time (DeepSpeed ZeRO-3's ``sub_group_size``), which caps
+    # the copy above; 0: the whole local shard at once.
+    optimizer_sub_group_params: int = 0
 
     def __post_init__(self) -> None:
         check_positive_int("training.global_batch_size", self.global_batch_size)
@@ -388,6 +403,10 @@ class TrainingSpec:
         object.__setattr__(self, "recompute_modules", modules)
         if not isinstance(self.launch_blocking, bool):
             raise SpecError("training.launch_blocking", f"must be true or false, got {self.launch_blocking!r}")
+        for name, most in (("step_grad_copy_bytes_per_param", STEP_GRAD_COPY_BYTES_MAX), ("optimizer_sub_group_params", SUB_GROUP_PARAMS_MAX)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
+                raise SpecError(f"training.{name}", f"must be a whole number from 0 to {most:g}, got {value!r}")
         if not 0.0 <= self.host_s_per_layer <= HOST_S_PER_LAYER_MAX:
             raise SpecError("training.host_s_per_layer", f"must be between 0 and {HOST_S_PER_LAYER_MAX:g} s, got {self.host_s_per_layer!r}")
         if self.train_tokens is not None and not 0 < self.train_tokens <= TRAIN_TOKENS_MAX:

@@ -1,0 +1,163 @@
+"""DeepSpeed ZeRO-3's optimizer step copies each sub-group's gradients to fp32 (issue 13,
+mechanism 5): deepspeed/runtime/zero/stage3.py ``_prepare_fp32_grad_for_sub_group`` flattens the
+sub-group's 16-bit gradient partitions into a new tensor and casts it to fp32 (2 + 4 bytes per
+parameter) after backward has freed the activations, so the stage's peak is the larger of the
+backward's and the step's. The sub-group is DeepSpeed's ``sub_group_size`` (1e9 by default from
+v0.5.0, 1e12 before and under PyTorch Lightning)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import catalog
+from bench import memory as memory_bench
+from solver.cost.analytic import analytic_profile
+from solver.cost.evaluate import evaluate
+from solver.cost.memory import GIB_BYTES, optimizer_step_copy_bytes
+from solver.cost.profile import ProfileShape
+from solver.frameworks import ExportFormat, PlanToExport, export_plan
+from solver.partition.fixed import fixed_partition
+from solver.partition.problem import partition_problem
+from solver.spec.dimensions import Offload
+from solver.spec.errors import SpecError
+from solver.spec.legality import stage_layer_counts
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import Precision, Recompute, TrainingSpec, ZeroStage
+
+TRANSIENT_KEYS = ("activations", "embedding_and_logits", "zero3_gather_buffers")
+STATE_KEYS = ("weights", "gradients", "optimizer_states")
+RECORD_12B = "colossalai-lightning-gpt2-12b-deepspeed-zero3-8gpu"
+
+
+def _record(record_id: str) -> dict:
+    return next(r for r in memory_bench.load_records() if r["id"] == record_id)
+
+
+def _evaluate_run(run: dict, **training_changes):
+    training = dataclasses.replace(memory_bench.training_for(run), **training_changes)
+    model, cluster, parallel = memory_bench.model_for(run), memory_bench.cluster_for(run), memory_bench.parallel_for(run)
+    return model, cluster, training, parallel, evaluate(model, cluster, training, parallel, num_gpus=run["num_gpus"])
+
+
+def test_the_copy_is_six_bytes_per_parameter_of_one_sub_group():
+    assert optimizer_step_copy_bytes(1.5e9, 6, 10**12) == 6 * 1.5e9  # Lightning: the whole shard
+    assert optimizer_step_copy_bytes(1.5e9, 6, 10**9) == 6 * 1e9  # DeepSpeed's default sub-group
+    assert optimizer_step_copy_bytes(1.5e9, 6, 0) == 6 * 1.5e9  # no sub-groups: the whole shard
+    assert optimizer_step_copy_bytes(1.5e9, 0, 10**9) == 0.0  # a stack whose step copies nothing
+
+
+def test_deepspeed_zero3_stacks_state_the_copy_and_their_sub_group():
+    assert catalog.get_stack_facts("deepspeed-zero3")["step_grad_copy_bytes_per_param"] == 2 + 4
+    assert catalog.get_stack_facts("deepspeed-zero3")["optimizer_sub_group_params"] == 10**9  # config.py at v0.7.0
+    assert catalog.get_stack_facts("deepspeed-zero3-2021")["optimizer_sub_group_params"] == 10**12  # constants.py at v0.3.15
+    for stack in ("torchtitan-2025", "megatron-core-2024", "pytorch-fsdp1-2023"):
+        assert catalog.get_stack_facts(stack)["step_grad_copy_bytes_per_param"] == 0
+
+
+def test_the_12b_record_peaks_at_the_step_and_the_peak_is_the_larger_moment():
+    """GPT-2 12B under ZeRO-3 on 8 A100-40GB at micro-batch 1 with every block checkpointed: its
+    activations are small, so the fp32 copy of the whole 1.5e9-parameter shard (Lightning's
+    sub-group of 1e12) sets the peak. The published max_memory_allocated is 29.05 GiB."""
+    run = _record(RECORD_12B)["run"]
+    assert run["optimizer_sub_group_params"] == 10**12
+    model, cluster, training, parallel, ev = _evaluate_run(run)
+    stage = ev.stages[0]
+    memory = stage.memory_bytes
+    states = sum(memory[k] for k in STATE_KEYS)
+    transient = sum(memory[k] for k in TRANSIENT_KEYS)
+    copy = memory["optimizer_step_copy"] + transient  # the step's copy, when it exceeds the transient
+    assert memory["optimizer_step_copy"] > 0
+    allocated = states + transient + memory["optimizer_step_copy"]
+    assert allocated == pytest.approx(max(states + transient, states + copy))
+    # 6 bytes per parameter of the local shard: 12.3e9 parameters over 8 ranks.
+    assert copy == pytest.approx(6 * 12.3e9 / 8, rel=0.01)
+    allocated_gib = allocated / GIB_BYTES
+    assert allocated_gib == pytest.approx(29.05, rel=0.10)
+    assert ev.feasible  # it ran on 40 GB
+    # Before the step was costed the record read -15.8%: the backward peak alone.
+    assert (states + transient) / GIB_BYTES < 0.85 * 29.05
+    # DeepSpeed's own default sub-group (1e9) copies less.
+    *_, default_ev = _evaluate_run(run, optimizer_sub_group_params=10**9)
+    assert default_ev.stages[0].memory_bytes["optimizer_step_copy"] == pytest.approx(6e9 - transient)
+
+
+def test_a_stage_whose_activations_outweigh_the_copy_keeps_its_backward_peak():
+    """GPT-2 XL under ZeRO-3 at micro-batch 40 on 4 GPUs: the activations freed before the step
+    are larger than the copy of its 0.39e9-parameter shard, so nothing is added."""
+    run = _record("colossalai-lightning-gpt2xl-deepspeed-zero3-4gpu")["run"]
+    *_, ev = _evaluate_run(run)
+    memory = ev.stages[0].memory_bytes
+    assert memory["optimizer_step_copy"] == 0.0
+    assert sum(memory[k] for k in TRANSIENT_KEYS) > 6 * 1.56e9 / 4
+
+
+def test_no_copy_on_the_gpu_where_the_optimizer_steps_on_the_host():
+    run = _record(RECORD_12B)["run"]
+    model, cluster, training, parallel, _ = _evaluate_run(run)
+    offloaded = evaluate(model, cluster, training, dataclasses.replace(parallel, offload=Offload.OPTIMIZER), num_gpus=8)
+    assert offloaded.stages[0].memory_bytes["optimizer_step_copy"] == 0.0
+
+
+@pytest.mark.parametrize("pp", [1, 4])
+def test_the_partition_problem_never_charges_less_than_the_evaluator(pp):
+    """The search's partition problem bounds the step's copy before the stage's layers are known
+    (the whole model's, less what every stage frees anyway): a partition it accepts must be one
+    the evaluator accepts, so at just under the evaluator's peak it must not fit."""
+    model = catalog.get_model("gpt3-13b")
+    cluster = catalog.cluster_spec_from_dict({**catalog.get_entry("nodes", "dgx-a100-80gb"), "num_nodes": 1})
+    training = TrainingSpec(64, 2048, Precision.FP16, step_grad_copy_bytes_per_param=6, optimizer_sub_group_params=10**12)
+    zero = ZeroStage.OS_G_P if pp == 1 else ZeroStage.OS
+    parallel = ParallelConfig(8 // pp, 1, pp, zero, 1, Recompute.FULL)
+    ev = evaluate(model, cluster, training, parallel, parallel.num_gpus)
+    assert max(s.memory_bytes["optimizer_step_copy"] for s in ev.stages) > 0
+    profile = analytic_profile(model, cluster, training, ProfileShape.of(parallel))
+    counts = stage_layer_counts(model, parallel)
+    tight = partition_problem(profile, parallel, training, ev.num_micro_batches, ev.peak_bytes * 0.9999, True, cluster.gpu)
+    assert fixed_partition(tight, counts) is None
+    if pp == 1:  # one stage: the bound exceeds the evaluator's by one layer's recompute working set at most
+        roomy = partition_problem(profile, parallel, training, ev.num_micro_batches, ev.peak_bytes * 1.02, True, cluster.gpu)
+        assert fixed_partition(roomy, counts) is not None
+
+
+@pytest.mark.parametrize(("field", "value"), [("step_grad_copy_bytes_per_param", -1), ("step_grad_copy_bytes_per_param", 2.5),
+                                               ("optimizer_sub_group_params", -5), ("optimizer_sub_group_params", True)])
+def test_a_bad_value_is_an_error_naming_the_field(field, value):
+    with pytest.raises(SpecError) as error:
+        TrainingSpec(8, 1024, **{field: value})
+    assert error.value.field == f"training.{field}"
+
+
+def _body(**training) -> dict:
+    return {
+        "model": "gpt3-13b", "cluster": "dgx-a100-80gb", "num_gpus": 8,
+        "training": {"global_batch_size": 64, "seq_length": 2048, "precision": "fp16", **training},
+        "parallel": {"dp_size": 8, "tp_size": 1, "pp_size": 1, "zero_stage": 3, "micro_batch_size": 1, "recompute": "full"},
+    }
+
+
+def test_the_api_reports_the_copy_and_takes_overrides(api):
+    whole = api.post("/v1/evaluations", json=_body(stack="deepspeed-zero3", optimizer_sub_group_params=10**12))
+    capped = api.post("/v1/evaluations", json=_body(stack="deepspeed-zero3", optimizer_sub_group_params=10**7))
+    none = api.post("/v1/evaluations", json=_body(stack="torchtitan-2025"))
+    assert whole.status_code == capped.status_code == none.status_code == 200, whole.text
+    copy_gib = [r.json()["memory"]["breakdown_gib"]["optimizer_step_copy"] for r in (whole, capped, none)]
+    assert copy_gib[0] > copy_gib[1] >= 0.0 and copy_gib[2] == 0.0
+    assert whole.json()["memory"]["peak_gib"] > capped.json()["memory"]["peak_gib"]
+
+
+@pytest.mark.parametrize(("field", "value"), [("step_grad_copy_bytes_per_param", 17), ("optimizer_sub_group_params", "1e9"),
+                                               ("optimizer_sub_group_params", -1)])
+def test_a_bad_override_is_a_422_naming_the_field(api, field, value):
+    response = api.post("/v1/evaluations", json=_body(**{field: value}))
+    assert response.status_code == 422, response.text
+    assert any(e["field"] == f"body.training.{field}" for e in response.json()["errors"]), response.json()
+
+
+def test_the_deepspeed_config_carries_the_sub_group_the_plan_assumed():
+    training = TrainingSpec(64, 2048, Precision.FP16, **{k: v for k, v in catalog.get_stack_facts("deepspeed-zero3").items()})
+    parallel = ParallelConfig(dp_size=8, tp_size=1, pp_size=1, zero_stage=ZeroStage.OS_G_P, micro_batch_size=1, recompute=Recompute.FULL)
+    exported = export_plan(PlanToExport(catalog.get_model("gpt3-13b"), training, parallel, 8), ExportFormat.DEEPSPEED)
+    config = next(f.text for f in exported.files if f.name == "ds_config.json")
+    assert '"sub_group_size": 1000000000' in config
