@@ -20,6 +20,8 @@ from solver.cost.profile import ProfileShape
 from solver.frameworks import ExportFormat, PlanToExport, export_plan
 from solver.partition.fixed import fixed_partition
 from solver.partition.problem import partition_problem
+from solver.search.loop import search
+from solver.search.request import Constraints, SearchRequest
 from solver.spec.dimensions import Offload
 from solver.spec.errors import SpecError
 from solver.spec.legality import stage_layer_counts
@@ -161,3 +163,24 @@ def test_the_deepspeed_config_carries_the_sub_group_the_plan_assumed():
     exported = export_plan(PlanToExport(catalog.get_model("gpt3-13b"), training, parallel, 8), ExportFormat.DEEPSPEED)
     config = next(f.text for f in exported.files if f.name == "ds_config.json")
     assert '"sub_group_size": 1000000000' in config
+
+
+def test_an_infeasible_search_suggests_smaller_sub_groups_and_checks_it():
+    """When the step's copy is what does not fit, the explanation suggests DeepSpeed's own
+    sub-group (1e9) and the search, run again with it, finds the plan."""
+    run = _record(RECORD_12B)["run"]
+    constraints = Constraints.parse(
+        {"tp_size": 1, "pp_size": 1, "zero_stage": 3, "offload": "none", "max_memory_fraction": 0.8}
+    )
+    request = SearchRequest(
+        memory_bench.model_for(run), memory_bench.cluster_for(run), memory_bench.training_for(run), num_gpus=8,
+        constraints=constraints,
+    )
+    result = search(request)
+    assert result.status == "infeasible"
+    miss = result.explanation["closest_miss"]
+    assert miss["memory_gib"]["optimizer_step_copy"] > 0
+    fixes = {s["change"]: s for s in result.explanation["suggestions"]}
+    change = "step the optimizer in sub-groups of 1e+09 parameters (DeepSpeed's sub_group_size)"
+    assert change in fixes and fixes[change]["checked"], list(fixes)
+    assert fixes[change]["peak_gib"] <= 0.8 * 40

@@ -20,6 +20,9 @@ from solver.spec.rules import Rule
 from solver.spec.training import Framework, Recompute
 
 SUGGESTION_BUDGET_S = 20.0  # all suggestion checks together
+# The sub-group a DeepSpeed ZeRO-3 step is first suggested to copy at a time: DeepSpeed's own default
+# (runtime/zero/config.py at v0.7.0, 1e9); below it, a tenth of the request's.
+SMALLER_SUB_GROUP_PARAMS = 10**9
 
 
 def _binding(run) -> tuple[Rule, int]:
@@ -126,6 +129,16 @@ def _changes(run, miss: MemoryMiss | None):
         out.append((f"a framework other than {c.framework.value} (any)", replace(request, constraints=replace(c, framework=Framework.ANY))))
     if c.max_memory_fraction < 1.0:
         out.append(("use all of the GPU's memory (max_memory_fraction 1.0)", replace(request, constraints=replace(c, max_memory_fraction=1.0))))
+    if miss is not None and miss.memory_gib.get("optimizer_step_copy", 0.0) > 0:
+        # The optimizer step's gradient copy sets the peak: step in smaller sub-groups
+        # (solver.cost.memory.optimizer_step_copy_bytes; DeepSpeed's sub_group_size).
+        sub_group = SMALLER_SUB_GROUP_PARAMS if not 0 < training.optimizer_sub_group_params <= SMALLER_SUB_GROUP_PARAMS else (
+            training.optimizer_sub_group_params // 10
+        )
+        if sub_group > 0:
+            smaller_groups = replace(training, optimizer_sub_group_params=sub_group)
+            out.append((f"step the optimizer in sub-groups of {sub_group:.0e} parameters (DeepSpeed's sub_group_size)",
+                        replace(request, training=smaller_groups)))
     current = request.num_gpus or cluster.num_gpus
     if "num_gpus" in c.allowed:
         out.append(("lift the num_gpus constraint", replace(request, constraints=_relaxed(c, "num_gpus"))))
