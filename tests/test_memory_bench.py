@@ -22,7 +22,9 @@ from bench.memory import (
     summarize,
 )
 
-# Today's result (bench/memory.py): 29 of 53 within 10%, MAPE 14.6%, after BigScience's 15 BLOOM
+# Today's result (bench/memory.py): 30 of 53 within 10%, MAPE 13.7%: DeepSpeed's ZeRO-1/2 step
+# copies its whole partition to fp32 (stage_1_and_2.py; BLOOM's dp 1 probe -28.3 -> -4.0%). Before
+# that, 29 of 53 within 10%, MAPE 14.6%, after BigScience's 15 BLOOM
 # benchmark figures from Jean Zay joined the bench (all 17-45% under: Megatron-DeepSpeed's memory is
 # not all modelled yet). Before them, 29 of 38 within 10%, MAPE 9.9%: DeepSpeed ZeRO-3's optimizer step
 # copies each sub-group's gradients to fp32 after backward has freed the activations
@@ -45,7 +47,7 @@ from bench.memory import (
 # Megatron's fp32 main grads apply). Raise the floor and lower the ceiling as the memory model
 # improves; never the other way. The ceiling is loose on purpose (today + 8 points): it catches
 # a gross regression, not the drift of a term being reworked.
-WITHIN_TARGET_FLOOR = 29
+WITHIN_TARGET_FLOOR = 30
 MAPE_CEILING = 0.18
 
 RECORD_FIELDS = ("id", "source", "where_in_source", "quoted", "measured_gib", "measures", "run")

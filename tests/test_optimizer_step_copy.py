@@ -17,6 +17,7 @@ from solver.cost.analytic import analytic_profile
 from solver.cost.evaluate import evaluate
 from solver.cost.memory import GIB_BYTES, optimizer_step_copy_bytes
 from solver.cost.profile import ProfileShape
+from solver.cost.stage import StagePolicy, step_copy_bytes
 from solver.frameworks import ExportFormat, PlanToExport, export_plan
 from solver.partition.fixed import fixed_partition
 from solver.partition.problem import partition_problem
@@ -184,3 +185,30 @@ def test_an_infeasible_search_suggests_smaller_sub_groups_and_checks_it():
     change = "step the optimizer in sub-groups of 1e+09 parameters (DeepSpeed's sub_group_size)"
     assert change in fixes and fixes[change]["checked"], list(fixes)
     assert fixes[change]["peak_gib"] <= 0.8 * 40
+
+
+def test_zero_1_and_2_copy_the_whole_partition_and_zero_0_is_not_charged():
+    """DeepSpeed's ZeRO-1/2 optimizer (stage_1_and_2.py ``step``) casts every parameter group's
+    partition to fp32 before stepping: the whole partition, whatever ``sub_group_size`` says (a
+    ZeRO-3 setting). At ZeRO 0 the stack's plain fp16/bf16 optimizer steps instead: not charged."""
+    cluster = catalog.cluster_spec_from_dict({**catalog.get_entry("nodes", "dgx-a100-80gb"), "num_nodes": 1})
+    training = TrainingSpec(64, 2048, Precision.FP16, step_grad_copy_bytes_per_param=6, optimizer_sub_group_params=10**8)
+    params = 13e9
+    copy = {
+        zero: step_copy_bytes(params, StagePolicy.of(cluster.gpu, ParallelConfig(8, 1, 1, zero, 1, Recompute.FULL), training, 8))
+        for zero in (ZeroStage.NONE, ZeroStage.OS, ZeroStage.OS_G, ZeroStage.OS_G_P)
+    }
+    assert copy[ZeroStage.NONE] == 0.0
+    assert copy[ZeroStage.OS] == copy[ZeroStage.OS_G] == pytest.approx(6 * params / 8)  # the whole partition
+    assert copy[ZeroStage.OS_G_P] == pytest.approx(6 * 10**8)  # ZeRO-3: one sub-group of 1e8
+
+
+def test_bloom_s_single_replica_benchmark_peaks_at_its_zero_1_step():
+    """BigScience's 20B probe on one Jean Zay node (tp 8, dp 1, ZeRO-1; chronicles-prequel.md,
+    67GB of nvidia-smi): at dp 1 ZeRO-1's partition is the whole stage, so the step's fp32 copy
+    of its 2.9e9 parameters sets the peak (-28% without it)."""
+    record = _record("bloom-prequel-0217-20B-dp1-tp8-pp1-mbs1")
+    result = memory_bench.evaluate_record(record)
+    assert result.breakdown_gib["optimizer_step_copy"] > 10
+    assert abs(result.error) <= 0.10, result.error
+    assert catalog.get_stack_facts("megatron-deepspeed-2022")["step_grad_copy_bytes_per_param"] == 6

@@ -152,8 +152,15 @@ def optimizer_step_copy_bytes(shard_parameter_count: float, copy_bytes_per_param
     ``_release_sub_group``, unchanged from v0.3.15 to v0.14). The sub-group size is the
     ``sub_group_size`` setting: 1e9 parameters by default from v0.5.0 (runtime/zero/config.py
     at v0.7.0; constants.py before), 1e12 before, and 1e12 under PyTorch Lightning's
-    DeepSpeedStrategy, whose own default it is. Activations and gathered weights are freed by
-    then, so this peak stands beside the backward one, not on top of it (``stage.stage_cost``)."""
+    DeepSpeedStrategy, whose own default it is. DeepSpeed's ZeRO-1/2 optimizer makes the same copy
+    of its whole partition at once (runtime/zero/stage_1_and_2.py ``step``, v0.5.10 to v0.9:
+    ``self.flatten(self.averaged_gradients[i]).to(fp32)`` for every parameter group before the
+    inner optimizer steps), so there the sub-group is the partition (``stage.step_copy_bytes``).
+    At ZeRO 0 DeepSpeed steps with its fp16 / bf16 optimizer instead, whose copy is not costed:
+    runtime/fp16/fused_optimizer.py casts every gradient to fp32 and flattens the list (8 bytes per
+    parameter of the stage), which would call vTrain's ZeRO-0 tp 1 runs infeasible although they
+    ran (docs/wip/README.md). Activations and gathered weights are freed by then, so this peak
+    stands beside the backward one, not on top of it (``stage.stage_cost``)."""
     if copy_bytes_per_param <= 0 or shard_parameter_count <= 0:
         return 0.0
     stepped = min(shard_parameter_count, sub_group_params) if sub_group_params > 0 else shard_parameter_count

@@ -302,12 +302,16 @@ def optimizer_shard_parameter_count(parameter_count: float, policy: StagePolicy,
 
 def step_copy_bytes(parameter_count: float, policy: StagePolicy, expert_parameter_count: float = 0) -> float:
     """The optimizer step's gradient copy on this GPU (``memory.optimizer_step_copy_bytes``) over
-    its optimizer shard; none where the optimizer steps on the host (offload: DeepSpeed copies the
-    gradients to the host's fp32 buffer instead, ``_prepare_sub_group``)."""
-    if policy.offload is not Offload.NONE:
+    its ZeRO optimizer's shard: ZeRO-3 one sub-group at a time, ZeRO-1/2 the whole partition (their
+    step casts every parameter group's partition before stepping any; sub-groups are a ZeRO-3
+    setting). None at ZeRO 0, where a stack's plain fp16/bf16 optimizer steps instead (not costed:
+    solver.cost.memory.optimizer_step_copy_bytes), and none where the optimizer steps on the host
+    (offload: DeepSpeed copies the gradients to the host's fp32 buffer instead, ``_prepare_sub_group``)."""
+    if policy.offload is not Offload.NONE or policy.zero_stage is ZeroStage.NONE:
         return 0.0
     shard = optimizer_shard_parameter_count(parameter_count, policy, expert_parameter_count)
-    return optimizer_step_copy_bytes(shard, policy.step_grad_copy_bytes_per_param, policy.optimizer_sub_group_params)
+    sub_group = policy.optimizer_sub_group_params if policy.zero_stage is ZeroStage.OS_G_P else 0
+    return optimizer_step_copy_bytes(shard, policy.step_grad_copy_bytes_per_param, sub_group)
 
 
 def step_peak_excess_bytes(copy_bytes: float, backward_transient_bytes: float) -> float:
