@@ -8,10 +8,13 @@ v0.5.0, 1e12 before and under PyTorch Lightning)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
+import sqlalchemy
 
 import catalog
+from app.plans.models import PlanCandidate
 from bench import memory as memory_bench
 from solver.cost.analytic import analytic_profile
 from solver.cost.evaluate import evaluate
@@ -212,3 +215,45 @@ def test_bloom_s_single_replica_benchmark_peaks_at_its_zero_1_step():
     assert result.breakdown_gib["optimizer_step_copy"] > 10
     assert abs(result.error) <= 0.10, result.error
     assert catalog.get_stack_facts("megatron-deepspeed-2022")["step_grad_copy_bytes_per_param"] == 6
+
+
+def _without(document, key: str):
+    """``document`` with ``key`` removed at every depth, as a row stored before the key existed."""
+    if isinstance(document, dict):
+        return {k: _without(v, key) for k, v in document.items() if k != key}
+    if isinstance(document, list):
+        return [_without(v, key) for v in document]
+    return document
+
+
+def test_a_plan_stored_before_the_copy_was_costed_still_reads(api, database_url):
+    """Nothing lost: a stored candidate whose memory breakdown predates ``optimizer_step_copy``
+    (rows written before 2026-11-23) reads back with it as 0, the copy that plan assumed."""
+    body = {
+        "model": "gpt3-1.3b", "cluster": "dgx-a100-80gb-x1", "num_gpus": 8, "top_k": 2,
+        "training": {"global_batch_size": 64, "seq_length": 2048, "stack": "deepspeed-zero3", "optimizer_sub_group_params": 7},
+    }
+    created = api.post("/v1/plans", json=body)
+    assert created.status_code == 201, created.text
+    plan_id = created.json()["id"]
+    engine = sqlalchemy.create_engine(database_url)
+    try:
+        with engine.begin() as connection:
+            rows = connection.execute(
+                sqlalchemy.select(PlanCandidate.id, PlanCandidate.document).where(PlanCandidate.plan_id == plan_id)
+            ).all()
+            assert rows and all("optimizer_step_copy" in json.dumps(document) for _, document in rows)
+            for row_id, document in rows:
+                connection.execute(
+                    sqlalchemy.update(PlanCandidate).where(PlanCandidate.id == row_id).values(
+                        document=_without(document, "optimizer_step_copy")
+                    )
+                )
+    finally:
+        engine.dispose()
+    stored = api.get(f"/v1/plans/{plan_id}")
+    assert stored.status_code == 200, stored.text
+    for candidate in stored.json()["candidates"]:
+        assert candidate["memory"]["breakdown_gib"]["optimizer_step_copy"] == 0.0
+    # Everything else reads back as it was stored.
+    assert _without(stored.json(), "optimizer_step_copy") == _without(created.json(), "optimizer_step_copy")

@@ -238,7 +238,11 @@ class MemoryBreakdown(BaseModel):
     embedding_and_logits: float = Field(description="embedding output and logits, GiB")
     zero3_gather_buffers: float = Field(description="ZeRO-3 gathered-weight buffers, GiB")
     optimizer_step_copy: float = Field(
-        description="what the optimizer step's gradient copy (DeepSpeed ZeRO-3: fp32 per sub-group) adds beyond the backward's freed memory, GiB"
+        0.0,
+        description=(
+            "what the optimizer step's gradient copy (DeepSpeed ZeRO: fp32 per sub-group or partition) adds beyond the backward's "
+            "freed memory, GiB; 0 in plans stored before it was costed"
+        ),
     )
     reserve: float = Field(description="runtime reserve and allocator fragmentation, GiB")
 
