@@ -132,9 +132,8 @@ def _changes(run, miss: MemoryMiss | None):
     if miss is not None and miss.memory_gib.get("optimizer_step_copy", 0.0) > 0:
         # The optimizer step's gradient copy sets the peak: step in smaller sub-groups
         # (solver.cost.memory.optimizer_step_copy_bytes; DeepSpeed's sub_group_size).
-        sub_group = SMALLER_SUB_GROUP_PARAMS if not 0 < training.optimizer_sub_group_params <= SMALLER_SUB_GROUP_PARAMS else (
-            training.optimizer_sub_group_params // 10
-        )
+        current = training.optimizer_sub_group_params
+        sub_group = current // 10 if 0 < current <= SMALLER_SUB_GROUP_PARAMS else SMALLER_SUB_GROUP_PARAMS
         if sub_group > 0:
             smaller_groups = replace(training, optimizer_sub_group_params=sub_group)
             out.append((f"step the optimizer in sub-groups of {sub_group:.0e} parameters (DeepSpeed's sub_group_size)",
