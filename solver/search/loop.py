@@ -703,7 +703,28 @@ def search(request: SearchRequest) -> SearchResult:
 # --------------------------------------------------------------------------- why
 
 
+# Two plans whose predicted step times differ by less than this fraction (0.1%) of the faster one
+# tie in what the line says (the ranking still orders them by the exact figures): the cost model
+# errs by percents on measured runs (bench/accuracy.py), so a smaller difference says nothing about
+# which plan runs faster, and plans bound by one resource (a step that waits on its ZeRO-3 gathers
+# whatever the compute) often come out equal to the last digit.
+TIE_FRACTION = 1e-3
+
+_PART_NAMES = {
+    "compute_s": "compute", "recompute_s": "recomputation", "tp_comm_s": "tensor-parallel communication",
+    "grad_accumulation_s": "gradient accumulation",
+    "pp_comm_s": "pipeline communication", "dp_comm_exposed_s": "exposed data-parallel communication",
+    "bubble_s": "pipeline bubble", "optimizer_s": "optimizer step",
+}
+
+
+def _part(key: str, mine_s: float, theirs_s: float) -> str:
+    return f"{_PART_NAMES.get(key, key)} ({mine_s:.3f} s vs {theirs_s:.3f} s per step)"
+
+
 def _why(item: _Held, following: _Held | None) -> str:
+    """One line on why ``item`` ranks where it does: its step time and MFU, and what it gains on
+    the next plan (``following``), or that the two tie and what each trades for it."""
     p = item.evaluation.prediction
     head = (
         f"tp {item.parallel.tp_size}, pp {item.parallel.pp_size}, dp {item.parallel.dp_size}: "
@@ -712,19 +733,21 @@ def _why(item: _Held, following: _Held | None) -> str:
     if following is None:
         return head + "; the last plan returned"
     q = following.evaluation.prediction
-    diffs = {k: q.breakdown_s.get(k, 0.0) - p.breakdown_s.get(k, 0.0) for k in p.breakdown_s}
     if following.num_gpus != item.num_gpus and following.value != item.value:
         return head + f"; uses {item.num_gpus} GPUs against {following.num_gpus} for the next plan"
-    key = max(diffs, key=lambda k: diffs[k])
-    if diffs[key] <= 0:
-        return head + f"; ties with the next plan within {q.step_time_s - p.step_time_s:.3g} s"
-    names = {
-        "compute_s": "compute", "recompute_s": "recomputation", "tp_comm_s": "tensor-parallel communication",
-        "grad_accumulation_s": "gradient accumulation",
-        "pp_comm_s": "pipeline communication", "dp_comm_exposed_s": "exposed data-parallel communication",
-        "bubble_s": "pipeline bubble", "optimizer_s": "optimizer step",
-    }
-    return head + (
-        f"; beats the next plan mainly on {names.get(key, key)}"
-        f" ({p.breakdown_s[key]:.3f} s vs {q.breakdown_s[key]:.3f} s per step)"
-    )
+    parts = sorted(set(p.breakdown_s) | set(q.breakdown_s))
+    mine = {k: p.breakdown_s.get(k, 0.0) for k in parts}
+    theirs = {k: q.breakdown_s.get(k, 0.0) for k in parts}
+    gain_s = q.step_time_s - p.step_time_s
+    noise_s = TIE_FRACTION * p.step_time_s
+    if gain_s <= noise_s:
+        # Equal step times (the same GPUs: every objective then ranks by step time); the order
+        # between them is the rank key's fixed tie-break, so say what each plan spends instead.
+        saves = max(parts, key=lambda k: theirs[k] - mine[k])
+        spends = max(parts, key=lambda k: mine[k] - theirs[k])
+        trade = ""
+        if theirs[saves] - mine[saves] > noise_s and mine[spends] - theirs[spends] > noise_s:
+            trade = f": less {_part(saves, mine[saves], theirs[saves])} for more {_part(spends, mine[spends], theirs[spends])}"
+        return head + f"; ties with the next plan on step time{trade} (plans that tie are listed in a fixed order)"
+    key = max(parts, key=lambda k: theirs[k] - mine[k])
+    return head + f"; {gain_s:.3g} s per step faster than the next plan, mainly on {_part(key, mine[key], theirs[key])}"
