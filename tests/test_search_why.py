@@ -11,17 +11,20 @@ import pytest
 import catalog
 from solver.search.loop import TIE_FRACTION, _Held, _why, search
 from solver.search.request import SearchRequest
-from solver.spec.training import TrainingSpec
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import Recompute, TrainingSpec, ZeroStage
 
 
 def node_cluster(node: str, num_gpus: int):
     return catalog.cluster_spec_from_dict(catalog.node_cluster_entry(node, num_gpus))
 
 
-def held(step_s: float, breakdown: dict[str, float], num_gpus: int = 64, value: float | None = None) -> _Held:
-    """A held plan with just what ``_why`` reads: tp 8, pp 1, dp num_gpus / 8."""
+def held(
+    step_s: float, breakdown: dict[str, float], num_gpus: int = 64, value: float | None = None, recompute: Recompute = Recompute.FULL
+) -> _Held:
+    """A held plan with what ``_why`` reads: tp 8, pp 1, dp num_gpus / 8, ZeRO-3, micro-batch 1."""
     prediction = SimpleNamespace(step_time_s=step_s, mfu=0.36, breakdown_s=breakdown)
-    parallel = SimpleNamespace(tp_size=8, pp_size=1, dp_size=num_gpus // 8)
+    parallel = ParallelConfig(dp_size=num_gpus // 8, tp_size=8, pp_size=1, zero_stage=ZeroStage.OS_G_P, micro_batch_size=1, recompute=recompute)
     return _Held((value if value is not None else step_s,), parallel, SimpleNamespace(prediction=prediction), num_gpus, value if value is not None else step_s)  # type: ignore[arg-type]
 
 
@@ -29,18 +32,19 @@ def test_equal_step_times_tie_and_name_what_each_plan_trades():
     # The shape of Llama 3 405B at 128K tokens on 16,384 H100 under ZeRO-3: the step waits on the
     # gathers, so full recompute costs nothing over selective; the two plans tie.
     first = held(16.3034, {"compute_s": 10.003, "recompute_s": 1.509, "tp_comm_s": 0.796, "dp_comm_exposed_s": 3.9954})
-    second = held(16.3034, {"compute_s": 10.003, "recompute_s": 0.456, "tp_comm_s": 0.796, "dp_comm_exposed_s": 5.0484})
+    second = held(16.3034, {"compute_s": 10.003, "recompute_s": 0.456, "tp_comm_s": 0.796, "dp_comm_exposed_s": 5.0484}, recompute=Recompute.SELECTIVE)
     text = _why(first, second)
     assert text.startswith("tp 8, pp 1, dp 8: 16.303 s per step, 36.0% MFU; ties with the next plan on step time")
     assert "less exposed data-parallel communication (3.995 s vs 5.048 s per step)" in text
-    assert "for more recomputation (1.509 s vs 0.456 s per step)" in text
+    assert "for more recomputation (1.509 s vs 0.456 s per step); they differ in recompute (plans that tie" in text
     assert "faster" not in text
 
 
 def test_a_difference_below_the_tie_fraction_is_a_tie_and_one_above_it_is_not():
     parts = {"compute_s": 10.0}
     assert "ties with the next plan" in _why(held(10.0, parts), held(10.0 * (1 + TIE_FRACTION / 2), parts))
-    assert "ties with the next plan on step time (plans" in _why(held(10.0, parts), held(10.0, parts))  # nothing traded
+    same = _why(held(10.0, parts), held(10.0, parts, recompute=Recompute.SELECTIVE))
+    assert same.endswith("; ties with the next plan on step time; they differ in recompute (plans that tie are listed in a fixed order)")
     faster = _why(held(10.0, {"compute_s": 8.0, "bubble_s": 2.0}), held(10.5, {"compute_s": 8.0, "bubble_s": 2.5}))
     assert faster.endswith("; 0.5 s per step faster than the next plan, mainly on pipeline bubble (2.000 s vs 2.500 s per step)")
 
@@ -78,4 +82,5 @@ def test_every_line_of_a_real_search_agrees_with_its_step_times(model, node, num
             assert f"{theirs - mine:.3g} s per step faster than the next plan" in this.why
         else:
             assert "ties with the next plan on step time" in this.why and "faster" not in this.why
+            assert "; they differ in " in this.why
     assert candidates[-1].why.endswith("; the last plan returned")

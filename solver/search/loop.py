@@ -722,6 +722,12 @@ def _part(key: str, mine_s: float, theirs_s: float) -> str:
     return f"{_PART_NAMES.get(key, key)} ({mine_s:.3f} s vs {theirs_s:.3f} s per step)"
 
 
+def _differing_fields(item: _Held, following: _Held) -> list[str]:
+    """The configuration fields in which two plans differ (ParallelConfig's names)."""
+    mine, theirs = parallel_to_dict(item.parallel), parallel_to_dict(following.parallel)
+    return [key for key in mine if mine[key] != theirs.get(key)]
+
+
 def _why(item: _Held, following: _Held | None) -> str:
     """One line on why ``item`` ranks where it does: its step time and MFU, and what it gains on
     the next plan (``following``), or that the two tie and what each trades for it."""
@@ -748,6 +754,7 @@ def _why(item: _Held, following: _Held | None) -> str:
         trade = ""
         if theirs[saves] - mine[saves] > noise_s and mine[spends] - theirs[spends] > noise_s:
             trade = f": less {_part(saves, mine[saves], theirs[saves])} for more {_part(spends, mine[spends], theirs[spends])}"
-        return head + f"; ties with the next plan on step time{trade} (plans that tie are listed in a fixed order)"
+        fields = ", ".join(_differing_fields(item, following))
+        return head + f"; ties with the next plan on step time{trade}; they differ in {fields} (plans that tie are listed in a fixed order)"
     key = max(parts, key=lambda k: theirs[k] - mine[k])
     return head + f"; {gain_s:.3g} s per step faster than the next plan, mainly on {_part(key, mine[key], theirs[key])}"
