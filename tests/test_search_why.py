@@ -49,6 +49,16 @@ def test_a_difference_below_the_tie_fraction_is_a_tie_and_one_above_it_is_not():
     assert faster.endswith("; 0.5 s per step faster than the next plan, mainly on pipeline bubble (2.000 s vs 2.500 s per step)")
 
 
+def test_a_tie_lists_the_expert_tp_size_only_where_it_does_not_follow_tp():
+    parts = {"compute_s": 10.0}
+    wide, narrow = held(10.0, parts), held(10.0, parts)
+    narrow = _Held(narrow.key, ParallelConfig(dp_size=16, tp_size=4, zero_stage=ZeroStage.OS_G_P, recompute=Recompute.FULL), narrow.evaluation, 64, 10.0)
+    assert _why(wide, narrow).endswith("; they differ in dp_size, tp_size (plans that tie are listed in a fixed order)")
+    pinned_parallel = ParallelConfig(dp_size=16, tp_size=4, zero_stage=ZeroStage.OS_G_P, recompute=Recompute.FULL, expert_tp_size=1)
+    pinned = _Held(narrow.key, pinned_parallel, narrow.evaluation, 64, 10.0)
+    assert _why(wide, pinned).endswith("; they differ in dp_size, tp_size, expert_tp_size (plans that tie are listed in a fixed order)")
+
+
 def test_the_faster_plan_is_credited_with_its_largest_saving_even_where_it_spends_more_elsewhere():
     first = held(12.0, {"compute_s": 9.0, "recompute_s": 2.0, "tp_comm_s": 1.0})
     second = held(13.0, {"compute_s": 9.0, "recompute_s": 0.5, "tp_comm_s": 3.5})

@@ -723,9 +723,11 @@ def _part(key: str, mine_s: float, theirs_s: float) -> str:
 
 
 def _differing_fields(item: _Held, following: _Held) -> list[str]:
-    """The configuration fields in which two plans differ (ParallelConfig's names)."""
+    """The configuration fields in which two plans differ (ParallelConfig's names); the expert
+    TP size only where it differs from following each plan's tp_size (its default)."""
     mine, theirs = parallel_to_dict(item.parallel), parallel_to_dict(following.parallel)
-    return [key for key in mine if mine[key] != theirs.get(key)]
+    follows_tp = mine.get("expert_tp_size") == mine.get("tp_size") and theirs.get("expert_tp_size") == theirs.get("tp_size")
+    return [key for key in mine if mine[key] != theirs.get(key) and not (key == "expert_tp_size" and follows_tp)]
 
 
 def _why(item: _Held, following: _Held | None) -> str:
