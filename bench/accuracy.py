@@ -238,7 +238,10 @@ def _layout_candidates(par: dict, settings: dict, model: ModelSpec, global_batch
     cp = par.get("cp") or 1
     dp = par.get("dp") or gpus // (tp * pp * cp)
     per_replica = global_batch // dp
-    micro = [par["micro_batch"]] if par.get("micro_batch") else [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if per_replica % b == 0]
+    # The record's micro-batch, else one its source's launch scripts state (run_inputs.json), else
+    # every size that divides the replica's batch.
+    known_micro = par.get("micro_batch") or settings.get("micro_batch")
+    micro = [known_micro] if known_micro else [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if per_replica % b == 0]
     # "first_last_one_fewer": the uniform split of num_layers + 2 layers with one layer taken off
     # the first and the last model chunk (Llama 3, Sec 3.3.2: 126 layers on 16 stages).
     trimmed = settings.get("stage_layout") == "first_last_one_fewer"
@@ -380,9 +383,9 @@ def evaluate_record(record: dict, inputs: dict) -> RunResult:
     filled = []
     if par.get("tp") is None or par.get("pp") is None:
         filled.append(f"tp={parallel.tp_size} pp={parallel.pp_size}")
-    if not par.get("micro_batch"):
+    if not par.get("micro_batch") and not settings.get("micro_batch"):
         filled.append(f"mb={parallel.micro_batch_size}")
-    if parallel.virtual_stages > 1 or par.get("interleave"):
+    if (parallel.virtual_stages > 1 or par.get("interleave")) and not settings.get("virtual_stages"):
         filled.append(f"v={parallel.virtual_stages}")
     if parallel.stage_layers is not None and parallel.stage_layers == filled_layout(settings, parallel.num_chunks):
         filled.append(f"layout={layout_text(parallel.stage_layers)}")

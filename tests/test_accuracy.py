@@ -13,16 +13,21 @@ import catalog
 from bench import vtrain
 from bench.accuracy import (
     RunResult,
+    _candidates,
+    _model_for,
     bench_records,
     evaluate_all,
     evaluate_bench,
     family_table,
     gpt_neox_2022_flops_per_token,
     gpt_neox_logged_parameter_count,
+    load_inputs,
     load_records,
     macro_mape,
     rank_correlations,
+    record_settings,
     summary,
+    training_for,
 )
 from solver.cost.flops import model_flops_per_iteration
 
@@ -104,6 +109,37 @@ def test_headline_is_the_bench_before_it_grew(results, bench_results):
     assert [r.run_id for r in results] == [record["id"] for record in load_records()[:22]]
     grown = {r.run_id: r for r in bench_results}
     assert all(grown[r.run_id] == r for r in results)
+
+
+# Narayanan et al. 2021 Table 1 as its authors launched it: Megatron-LM examples/sc21/run_table_1.sh
+# (de7dc40f88): micro-batch, model chunks per device (--num-layers-per-virtual-pipeline-stage) and
+# whether PyTorch DDP overlaps the gradient all-reduce (--DDP-impl torch) or Megatron's local DDP
+# reduces after backward (local).
+SC21_TABLE_1 = {
+    "megatron2021-t1-1.7B": (16, 1, True),
+    "megatron2021-t1-7.5B": (16, 1, True),
+    "megatron2021-t1-18.4B": (8, 1, True),
+    "megatron2021-t1-39.1B": (4, 1, False),
+    "megatron2021-t1-76.1B": (2, 3, False),
+    "megatron2021-t1-145.6B": (2, 2, False),
+    "megatron2021-t1-310.1B": (1, 2, False),
+    "megatron2021-t1-1008.0B": (1, 1, False),
+}
+
+
+@pytest.mark.parametrize("run_id", sorted(SC21_TABLE_1))
+def test_megatron2021_table_1_runs_as_its_scripts_launched_them(run_id, bench_results):
+    """One candidate per record, the scripts' micro-batch and chunks, nothing filled in."""
+    micro_batch, chunks, overlapped = SC21_TABLE_1[run_id]
+    record = next(r for r in bench_records() if r["id"] == run_id)
+    settings = record_settings(record, load_inputs())
+    model = _model_for(record, settings)
+    training = training_for(record, settings, model)
+    assert training.overlap_grad_reduce is overlapped
+    candidates = list(_candidates(record, settings, model, training.global_batch_size))
+    assert [(c.micro_batch_size, c.virtual_stages) for c in candidates] == [(micro_batch, chunks)]
+    result = next(r for r in bench_results if r.run_id == run_id)
+    assert result.filled == "" and result.error is not None
 
 
 NEMOTRON_ROWS = {"nemo2407-Nemotron-8B-64gpu": ("nemotron3-8b", 12701, 653), "nemo2407-Nemotron-22B-64gpu": ("nemotron3-22b", 4256, 554)}
