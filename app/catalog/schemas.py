@@ -431,6 +431,12 @@ class StackFacts(BaseModel):
             "(Transformer Engine's GroupedLinear, DeepSpeed-MoE's loop; with MXFP8 one quantisation kernel per expert too)"
         )
     )
+    flash_kernel: Literal["fa2", "fa1"] = Field(
+        description=(
+            "the fused attention kernel's generation where flash_attention is true: fa2 (FlashAttention-2, cuDNN, PyTorch SDPA) "
+            "or fa1 (FlashAttention 1.x or its Triton port, twice fa2's time)"
+        )
+    )
     step_grad_copy_bytes_per_param: int = Field(
         description="bytes per parameter of the gradient copy the optimizer step makes one sub-group at a time (DeepSpeed ZeRO-3: 6)"
     )
@@ -463,6 +469,7 @@ class StackFactSources(BaseModel):
     loss_keeps_logits: str
     sp_saved_input: str
     expert_gemms: str
+    flash_kernel: str
     step_grad_copy_bytes_per_param: str
     optimizer_sub_group_params: str
 

@@ -110,6 +110,13 @@ class Training(BaseModel):
             "(Transformer Engine's GroupedLinear, DeepSpeed-MoE's loop; with MXFP8 one quantisation kernel per expert too); null: the stack's"
         ),
     )
+    flash_kernel: Literal["fa2", "fa1"] | None = Field(
+        None,
+        description=(
+            "the fused attention kernel's generation where flash_attention is true: fa2 (FlashAttention-2, cuDNN, PyTorch SDPA) "
+            "or fa1 (FlashAttention 1.x or its Triton port, twice fa2's time); null: the stack's"
+        ),
+    )
     step_grad_copy_bytes_per_param: StepCopyBytes | None = Field(
         None,
         description=(

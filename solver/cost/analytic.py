@@ -47,6 +47,7 @@ from solver.spec.hardware import ClusterSpec, GpuSpec
 from solver.spec.model import Architecture, MlpActivation, ModelSpec
 from solver.spec.training import (
     ActInputDtype,
+    FlashKernel,
     LossDtype,
     LossKernel,
     Precision,
@@ -68,6 +69,14 @@ BACKWARD_TO_FORWARD = 2.0  # dgrad + wgrad GEMMs, each as costly as the forward 
 ELEMENTWISE_BACKWARD_TO_FORWARD = 1.5
 
 FLASH_BACKWARD_TO_FORWARD = 2.5  # FlashAttention-2 (Dao 2023): backward recomputes the scores
+# FlashAttention 1.x and its Triton port against FlashAttention-2, forward and backward together:
+# flash-attn's changelog heads the rewrite that upgrades 1.x to FlashAttention-2 "2.0: Complete
+# rewrite, 2x faster" (Dao-AILab/flash-attention README), and the Triton port's docstring
+# (flash_attn/flash_attn_triton.py, the file llm-foundry vendors) finds its "forward + backward
+# slightly slower than CUDA forward + backward" of its day, FlashAttention 1.x. So an FA1-class
+# kernel takes twice FA2's time (for the Triton port a lower bound: "slightly slower" is not
+# counted).
+FLASH_V1_TIME_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -172,7 +181,8 @@ def _attention_core_s(
     """(forward, backward, score element-wise forward) seconds of the attention core
     (Q K^T, softmax, times V) of ``heads_local`` heads over ``s`` tokens on one rank of a
     context-parallel group of ``cp_size``: fused (FlashAttention, causal masks skip half the
-    blocks) or materialised through HBM. The rank's s/cp queries meet the s keys in cp blocks of
+    blocks; an FA1-class kernel, ``training.flash_kernel``, at FLASH_V1_TIME_FACTOR times
+    FlashAttention-2's time) or materialised through HBM. The rank's s/cp queries meet the s keys in cp blocks of
     (s/cp) x (s/cp) (ring attention, see the module docstring); causal, each step computes half
     its block under the two-chunk split (at cp 1: the one s x s block, half of it)."""
     precision16 = _sixteen_bit(training.precision)
@@ -185,7 +195,8 @@ def _attention_core_s(
         # on the SFUs, between the tile's two GEMMs (see flash_exponential_s).
         exp_s = flash_exponential_s(gpu, causal * cp_size * heads_local * q * q)
         forward_s = causal * cp_size * block_s
-        return forward_s + exp_s, FLASH_BACKWARD_TO_FORWARD * forward_s + exp_s, 0.0
+        generation = FLASH_V1_TIME_FACTOR if training.flash_kernel is FlashKernel.FA1 else 1.0
+        return generation * (forward_s + exp_s), generation * (FLASH_BACKWARD_TO_FORWARD * forward_s + exp_s), 0.0
     forward_s = cp_size * block_s
     score_s = elementwise_time_s(gpu, elementwise.score_bytes * heads_local * q * s, kernels=2)
     return forward_s, BACKWARD_TO_FORWARD * forward_s, score_s

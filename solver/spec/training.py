@@ -273,6 +273,20 @@ class ExpertGemms(str, Enum):
     PER_EXPERT = "per_expert"
 
 
+class FlashKernel(str, Enum):
+    """Which fused attention kernel a ``flash_attention`` stack runs, named by the FlashAttention
+    generation it performs like (``solver.cost.analytic._attention_core_s``).
+
+    FA2: FlashAttention-2 (Dao 2023) and the kernels that run at its speed or better: PyTorch SDPA's
+    flash and cuDNN backends, Transformer Engine's fused attention; the default.
+    FA1: FlashAttention 1.x (Dao et al. 2022, the CUDA kernels before flash-attn 2.0) and its Triton
+    port (flash_attn/flash_attn_triton.py, which llm-foundry vendors as attn_impl 'triton'): twice
+    FA2's time (``FLASH_V1_TIME_FACTOR``)."""
+
+    FA2 = "fa2"
+    FA1 = "fa1"
+
+
 def _member(kind: type[Enum], value: object, field: str) -> Enum:
     """``value`` as a member of ``kind``; a SpecError naming ``field`` and the allowed values if it is none."""
     try:
@@ -332,6 +346,8 @@ class TrainingSpec:
     ep_comm_overlap: bool = False
     # How the routed experts' GEMMs (and MXFP8 quantisation) are launched (``ExpertGemms``).
     expert_gemms: ExpertGemms = ExpertGemms.GROUPED
+    # The fused attention kernel's generation (FlashKernel); read only where flash_attention is true.
+    flash_kernel: FlashKernel = FlashKernel.FA2
     # Whether the model's parameters stay fp32 and the 16-bit compute comes from torch.autocast
     # (torch.cuda.amp: Hugging Face Trainer's fp16/bf16, Lightning's precision 16) rather than from
     # a 16-bit model beside an fp32 master copy (Megatron, DeepSpeed's fp16 engine, apex AMP O2,
@@ -392,6 +408,7 @@ class TrainingSpec:
         object.__setattr__(self, "sp_saved_input", SpSavedInput(self.sp_saved_input))
         object.__setattr__(self, "pipeline_schedule", PipelineSchedule(self.pipeline_schedule))
         object.__setattr__(self, "expert_gemms", ExpertGemms(self.expert_gemms))
+        object.__setattr__(self, "flash_kernel", _member(FlashKernel, self.flash_kernel, "training.flash_kernel"))
         object.__setattr__(self, "moments_dtype", _member(MomentsDtype, self.moments_dtype, "training.moments_dtype"))
         object.__setattr__(self, "moe_act_input_dtype", _member(ActInputDtype, self.moe_act_input_dtype, "training.moe_act_input_dtype"))
         try:
