@@ -226,9 +226,19 @@ def _model_parallel_splits(par: dict, gpus: int, gpus_per_node: int) -> list[tup
     return [(tp or 1, pp or 1)]
 
 
+def _published_parallel(record: dict, settings: dict) -> dict:
+    """The record's parallel layout, with the tensor x pipeline split its source states elsewhere
+    (run_inputs.json ``model_parallel_split``) where the record gives only their product."""
+    par = record["parallel"]
+    split = settings.get("model_parallel_split")
+    if split and (par.get("tp") is None or par.get("pp") is None):
+        return {**par, "tp": split[0], "pp": split[1]}
+    return par
+
+
 def _candidates(record: dict, settings: dict, model: ModelSpec, global_batch: int, gpus_per_node: int = 8):
     """Every parallel configuration consistent with what the record publishes."""
-    par = record["parallel"]
+    par = _published_parallel(record, settings)
     gpus = record["cluster"]["gpus"]
     for tp, pp in _model_parallel_splits(par, gpus, gpus_per_node):
         yield from _layout_candidates(par, settings, model, global_batch, gpus, tp, pp)
@@ -379,7 +389,7 @@ def evaluate_record(record: dict, inputs: dict) -> RunResult:
         if evaluate(model, cluster, full_length, candidate, num_gpus=gpus, framework=framework).feasible:
             parallel, ev, fits = candidate, candidate_ev, True
             break
-    par = record["parallel"]
+    par = _published_parallel(record, settings)
     filled = []
     if par.get("tp") is None or par.get("pp") is None:
         filled.append(f"tp={parallel.tp_size} pp={parallel.pp_size}")

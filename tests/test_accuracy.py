@@ -142,6 +142,21 @@ def test_megatron2021_table_1_runs_as_its_scripts_launched_them(run_id, bench_re
     assert result.filled == "" and result.error is not None
 
 
+def test_table_2s_175b_ptd_p_row_runs_the_papers_own_split_of_its_96_model_parallel_gpus(bench_results):
+    """Table 2 states only t x p = 96; the same paper's Figure 12 script runs this model at that
+    size as TP 8 x PP 12 (run_inputs.json model_parallel_split), so nothing is filled but the
+    recomputation the record leaves out."""
+    run_id = "megatron2021-t2-ptd-174.6B-384gpu"
+    record = next(r for r in bench_records() if r["id"] == run_id)
+    assert record["parallel"]["tp"] is None and record["parallel"]["pp"] is None
+    settings = record_settings(record, load_inputs())
+    model = _model_for(record, settings)
+    candidates = list(_candidates(record, settings, model, training_for(record, settings, model).global_batch_size))
+    assert candidates and {(c.tp_size, c.pp_size, c.dp_size) for c in candidates} == {(8, 12, 4)}
+    result = next(r for r in bench_results if r.run_id == run_id)
+    assert result.filled == "rc=full"
+
+
 NEMOTRON_ROWS = {"nemo2407-Nemotron-8B-64gpu": ("nemotron3-8b", 12701, 653), "nemo2407-Nemotron-22B-64gpu": ("nemotron3-22b", 4256, 554)}
 
 
