@@ -227,12 +227,15 @@ def _model_parallel_splits(par: dict, gpus: int, gpus_per_node: int) -> list[tup
 
 
 def _published_parallel(record: dict, settings: dict) -> dict:
-    """The record's parallel layout, with the tensor x pipeline split its source states elsewhere
-    (run_inputs.json ``model_parallel_split``) where the record gives only their product."""
-    par = record["parallel"]
+    """The record's parallel layout, with what its source's launch scripts state where the record
+    leaves it out (run_inputs.json): the tensor x pipeline split (``model_parallel_split``) where
+    the record gives only their product, and the micro-batch (``micro_batch``)."""
+    par = dict(record["parallel"])
     split = settings.get("model_parallel_split")
     if split and (par.get("tp") is None or par.get("pp") is None):
-        return {**par, "tp": split[0], "pp": split[1]}
+        par["tp"], par["pp"] = split
+    if not par.get("micro_batch") and settings.get("micro_batch"):
+        par["micro_batch"] = settings["micro_batch"]
     return par
 
 
@@ -248,10 +251,7 @@ def _layout_candidates(par: dict, settings: dict, model: ModelSpec, global_batch
     cp = par.get("cp") or 1
     dp = par.get("dp") or gpus // (tp * pp * cp)
     per_replica = global_batch // dp
-    # The record's micro-batch, else one its source's launch scripts state (run_inputs.json), else
-    # every size that divides the replica's batch.
-    known_micro = par.get("micro_batch") or settings.get("micro_batch")
-    micro = [known_micro] if known_micro else [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if per_replica % b == 0]
+    micro = [par["micro_batch"]] if par.get("micro_batch") else [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if per_replica % b == 0]
     # "first_last_one_fewer": the uniform split of num_layers + 2 layers with one layer taken off
     # the first and the last model chunk (Llama 3, Sec 3.3.2: 126 layers on 16 stages).
     trimmed = settings.get("stage_layout") == "first_last_one_fewer"
@@ -393,7 +393,7 @@ def evaluate_record(record: dict, inputs: dict) -> RunResult:
     filled = []
     if par.get("tp") is None or par.get("pp") is None:
         filled.append(f"tp={parallel.tp_size} pp={parallel.pp_size}")
-    if not par.get("micro_batch") and not settings.get("micro_batch"):
+    if not par.get("micro_batch"):
         filled.append(f"mb={parallel.micro_batch_size}")
     if (parallel.virtual_stages > 1 or par.get("interleave")) and not settings.get("virtual_stages"):
         filled.append(f"v={parallel.virtual_stages}")

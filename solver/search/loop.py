@@ -748,15 +748,14 @@ def _why(item: _Held, following: _Held | None) -> str:
     theirs = {k: q.breakdown_s.get(k, 0.0) for k in parts}
     gain_s = q.step_time_s - p.step_time_s
     noise_s = TIE_FRACTION * p.step_time_s
+    saves = max(parts, key=lambda k: theirs[k] - mine[k])  # the part this plan gains most on
     if gain_s <= noise_s:
         # Equal step times (the same GPUs: every objective then ranks by step time); the order
         # between them is the rank key's fixed tie-break, so say what each plan spends instead.
-        saves = max(parts, key=lambda k: theirs[k] - mine[k])
         spends = max(parts, key=lambda k: mine[k] - theirs[k])
         trade = ""
         if theirs[saves] - mine[saves] > noise_s and mine[spends] - theirs[spends] > noise_s:
             trade = f": less {_part(saves, mine[saves], theirs[saves])} for more {_part(spends, mine[spends], theirs[spends])}"
         fields = ", ".join(_differing_fields(item, following))
         return head + f"; ties with the next plan on step time{trade}; they differ in {fields} (plans that tie are listed in a fixed order)"
-    key = max(parts, key=lambda k: theirs[k] - mine[k])
-    return head + f"; {gain_s:.3g} s per step faster than the next plan, mainly on {_part(key, mine[key], theirs[key])}"
+    return head + f"; {gain_s:.3g} s per step faster than the next plan, mainly on {_part(saves, mine[saves], theirs[saves])}"
