@@ -74,7 +74,8 @@ def test_the_last_plan_and_plans_on_other_gpu_counts_keep_their_lines():
 
 @pytest.mark.parametrize(
     ("model", "node", "num_gpus", "batch", "seq"),
-    [("llama3-405b", "dgx-h100", 16384, 128, 131072), ("mixtral-8x7b", "gb200-nvl72", 144, 1024, 4096)],
+    [("llama3-405b", "dgx-h100", 16384, 128, 131072), ("mixtral-8x7b", "gb200-nvl72", 144, 1024, 4096),
+     ("llama3-70b", "dgx-h100", 64, 512, 8192)],
 )
 def test_every_line_of_a_real_search_agrees_with_its_step_times(model, node, num_gpus, batch, seq):
     """Every "faster" line must sit on a step time shorter than the next plan's by more than the
@@ -85,7 +86,8 @@ def test_every_line_of_a_real_search_agrees_with_its_step_times(model, node, num
     assert len(candidates) == 3
     for this, following in zip(candidates, candidates[1:]):
         mine, theirs = this.evaluation.prediction.step_time_s, following.evaluation.prediction.step_time_s
-        assert this.why.startswith(f"tp {this.parallel.tp_size}, pp {this.parallel.pp_size}, dp {this.parallel.dp_size}: {mine:.3f} s per step")
+        assert this.why.startswith(f"{this.parallel.layout_text()}: {mine:.3f} s per step")
+        assert _named_sizes(this.why) == _sizes(this.parallel)
         if this.parallel.num_gpus != following.parallel.num_gpus:
             continue
         if theirs - mine > TIE_FRACTION * mine:
@@ -94,3 +96,40 @@ def test_every_line_of_a_real_search_agrees_with_its_step_times(model, node, num
             assert "ties with the next plan on step time" in this.why and "faster" not in this.why
             assert "; they differ in " in this.why
     assert candidates[-1].why.endswith("; the last plan returned")
+
+
+def _named_sizes(why: str) -> dict[str, int]:
+    """The sizes a line's head names ("tp 2, cp 2, pp 4, dp 4: ..."), by dimension."""
+    head = why.split(":", 1)[0]
+    return {name: int(size) for name, size in (word.rsplit(" ", 1) for word in head.split(", "))}
+
+
+def _sizes(parallel: ParallelConfig) -> dict[str, int]:
+    """What the head must name: tp, pp and dp always, cp where it splits the sequence, ep and the
+    experts' own tp where the plan has them."""
+    sizes = {"tp": parallel.tp_size, "pp": parallel.pp_size, "dp": parallel.dp_size}
+    if parallel.cp_size > 1:
+        sizes["cp"] = parallel.cp_size
+    if parallel.ep_size > 1:
+        sizes["ep"] = parallel.ep_size
+    if parallel.expert_tp_size is not None:
+        sizes["expert tp"] = parallel.expert_tp_size
+    return sizes
+
+
+def test_the_line_names_context_parallelism_where_the_plan_splits_the_sequence():
+    """Llama 3 70B at 8K tokens on 64 H100: the best plan splits the sequence over 2 ranks, and
+    its line says so; the GPU count is the product of the sizes it names (ep aside)."""
+    request = SearchRequest(catalog.get_model("llama3-70b"), node_cluster("dgx-h100", 64), TrainingSpec(global_batch_size=512, seq_length=8192), top_k=3)
+    best = search(request).candidates[0]
+    assert best.parallel.cp_size == 2
+    sizes = _named_sizes(best.why)
+    assert sizes["cp"] == 2
+    assert sizes["tp"] * sizes["cp"] * sizes["pp"] * sizes["dp"] == 64
+
+
+def test_layout_text_names_expert_parallelism_apart_from_the_factors_of_the_gpu_count():
+    moe = ParallelConfig(dp_size=8, tp_size=2, pp_size=4, ep_size=8, expert_tp_size=1)
+    assert moe.layout_text() == "tp 2, pp 4, dp 8, ep 8, expert tp 1"
+    assert ParallelConfig(dp_size=4, tp_size=2, pp_size=4, cp_size=2).layout_text(" x ") == "tp 2 x cp 2 x pp 4 x dp 4"
+    assert ParallelConfig(dp_size=4, tp_size=2, expert_tp_size=2).layout_text() == "tp 2, pp 1, dp 4"  # experts follow tp

@@ -385,7 +385,7 @@ def export(plan: PlanToExport) -> Export:
     program = "pretrain_bert.py" if plan.model.architecture is Architecture.ENCODER else "pretrain_gpt.py"
     header = [
         f"Megatron-DeepSpeed launch for {plan.model.name} on {plan.num_gpus} GPUs ({plan.num_nodes} node(s) x {plan.processes_per_node}):"
-        f" dp {parallel.dp_size} x tp {parallel.tp_size} x pp {parallel.pp_size}, ZeRO-{zero_stage_written(parallel)}"
+        f" {parallel.layout_text(' x ')}, ZeRO-{zero_stage_written(parallel)}"
         + (f", offload {parallel.offload.value} to host memory" if parallel.offload is not Offload.NONE else "")
         + (f", {parallel.nvme_offload.value} on NVMe (set nvme_path in ds_config.json)." if parallel.nvme_offload is not NvmeOffload.NONE else "."),
         "exact: the plan as planned." if not differences else "NOT exact: the nearest configuration DeepSpeed runs; see the differences.",

@@ -338,11 +338,7 @@ def export(plan: PlanToExport) -> Export:
     program = "pretrain_bert.py" if plan.model.architecture is Architecture.ENCODER else "pretrain_gpt.py"
     header = [
         f"Megatron-LM launch for {plan.model.name} on {plan.num_gpus} GPUs ({plan.num_nodes} node(s) x {plan.processes_per_node}):"
-        f" dp {parallel.dp_size} x tp {parallel.tp_size} x pp {parallel.pp_size}"
-        + (f" x cp {parallel.cp_size}" if parallel.cp_size > 1 else "")
-        + (f" (ep {parallel.ep_size})" if parallel.ep_size > 1 else "")
-        + (f" (experts split over {parallel.expert_tp_size}, not tp)" if parallel.expert_tp_size is not None else "")
-        + f", {plan.num_micro_batches} micro-batches per step.",
+        f" {parallel.layout_text(' x ')}, {plan.num_micro_batches} micro-batches per step.",
         "exact: the plan as planned." if not differences else "NOT exact: the nearest configuration Megatron runs; see the differences.",
         "Run on every node with NODE_RANK, MASTER_ADDR and MASTER_PORT set; add data, tokenizer, optimizer",
         "and checkpoint arguments in EXTRA_ARGS.",

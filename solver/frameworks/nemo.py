@@ -244,7 +244,7 @@ def export(plan: PlanToExport) -> Export:
     parallel, differences = nearest.parallel, nearest.differences
     header = [
         f"NeMo Megatron GPT overrides for {plan.model.name} on {plan.num_gpus} GPUs:"
-        f" dp {parallel.dp_size} x tp {parallel.tp_size} x pp {parallel.pp_size}.",
+        f" {parallel.layout_text(' x ')}.",
         "exact: the plan as planned." if not differences else "NOT exact: the nearest configuration NeMo runs; see the differences.",
         "Merge over megatron_gpt_config.yaml (e.g. --config-name with this file as an override, or key=value on the command line).",
     ]

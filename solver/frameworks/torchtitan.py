@@ -286,7 +286,7 @@ def export(plan: PlanToExport) -> Export:
     nearest = exact_config(plan)
     parallel, training, differences = nearest.parallel, nearest.training, nearest.differences
     header = [
-        f"torchtitan job for {plan.model.name} on {plan.num_gpus} GPUs: dp {parallel.dp_size} x tp {parallel.tp_size} x pp {parallel.pp_size}.",
+        f"torchtitan job for {plan.model.name} on {plan.num_gpus} GPUs: {parallel.layout_text(' x ')}.",
         "exact: the plan as planned." if not differences else "NOT exact: the nearest configuration torchtitan runs; see the differences.",
         f"Run: NGPU={plan.processes_per_node} CONFIG_FILE=job.toml ./run_train.sh on each of {plan.num_nodes} node(s).",
     ]

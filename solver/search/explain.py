@@ -88,8 +88,8 @@ def closest_miss(run) -> MemoryMiss | None:
     limit = (f"the GPU has {capacity:.0f} GiB" if c.max_memory_fraction >= 1
              else f"{c.max_memory_fraction:.0%} of the GPU's {capacity:.0f} GiB is {usable / GIB_BYTES:.1f} GiB")
     text = (
-        f"best case needs {peak / GIB_BYTES:.1f} GiB per GPU on stage {ev.peak_stage} with tp {parallel.tp_size},"
-        f" pp {parallel.pp_size}, dp {parallel.dp_size}, ZeRO-{int(parallel.zero_stage)}, {recompute} recompute,"
+        f"best case needs {peak / GIB_BYTES:.1f} GiB per GPU on stage {ev.peak_stage} with {parallel.layout_text()},"
+        f" ZeRO-{int(parallel.zero_stage)}, {recompute} recompute,"
         f" micro-batch {parallel.micro_batch_size} on {num_gpus} GPUs; {limit}"
     )
     return MemoryMiss(

@@ -735,7 +735,7 @@ def _why(item: _Held, following: _Held | None) -> str:
     the next plan (``following``), or that the two tie and what each trades for it."""
     p = item.evaluation.prediction
     head = (
-        f"tp {item.parallel.tp_size}, pp {item.parallel.pp_size}, dp {item.parallel.dp_size}: "
+        f"{item.parallel.layout_text()}: "
         f"{p.step_time_s:.3f} s per step, {p.mfu:.1%} MFU"
     )
     if following is None:

@@ -120,6 +120,19 @@ class ParallelConfig:
         passed (ep x etp divides tp x dp x cp)."""
         return self.tp_size * self.dp_cp_size // (self.ep_size * self.etp_size)
 
+    def layout_text(self, sep: str = ", ") -> str:
+        """The split in words: ``tp 2, cp 2, pp 4, dp 4``, every dimension whose product is the
+        GPU count (cp only where it splits), then the experts' own split where there is one
+        (``ep 8``, and ``expert tp 1`` where the experts are not split over tp): expert
+        parallelism is carved from the tp x dp x cp ranks, so it is named apart from the factors."""
+        words = [f"tp {self.tp_size}"] + ([f"cp {self.cp_size}"] if self.cp_size > 1 else [])
+        words += [f"pp {self.pp_size}", f"dp {self.dp_size}"]
+        if self.ep_size > 1:
+            words.append(f"ep {self.ep_size}")
+        if self.expert_tp_size is not None:
+            words.append(f"expert tp {self.expert_tp_size}")
+        return sep.join(words)
+
     @property
     def num_chunks(self) -> int:
         """Model chunks in pipeline order (pp_size for 1F1B, pp_size * v when interleaved)."""
