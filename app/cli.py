@@ -255,6 +255,24 @@ def _command_catalog(args: argparse.Namespace, settings: Settings, out: IO[str])
     return 0
 
 
+def _command_hf_config(args: argparse.Namespace, settings: Settings, out: IO[str], stdin: IO[str]) -> int:
+    """A model from a Hugging Face config.json: what ``POST /v1/catalog/models/from-hf-config``
+    answers, its ``model`` ready to go inline into a plan or evaluation body."""
+    from app.catalog import service
+    from app.catalog.schemas import HfConfigIn
+
+    text = _read_body(args.file, stdin)
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise Problem(422, "Invalid config", f"config: not JSON ({error})", slug="invalid-request",
+                      errors=[{"field": "config", "reason": f"not JSON ({error})"}]) from None
+    request = {"name": args.name, "config": config, **({"seq_length": args.seq_length} if args.seq_length else {})}
+    body = _parse(HfConfigIn, json.dumps(request))
+    _write_json(out, service.convert_hf_config(body))
+    return 0
+
+
 def _command_sweep(args: argparse.Namespace, settings: Settings, out: IO[str], stdin: IO[str]) -> int:
     from sqlalchemy.orm import sessionmaker
 
@@ -410,6 +428,14 @@ def build_parser() -> argparse.ArgumentParser:
     catalog.add_argument("name", nargs="?", help="show this entry (default: list all)")
     catalog.add_argument("--db", action="store_true", help="include custom entries from DATABASE_URL")
     catalog.set_defaults(action=_command_catalog)
+
+    hf = commands.add_parser(
+        "hf-config", help="a model from a Hugging Face config.json (FILE or -): the spec to use inline as a request's model",
+    )
+    hf.add_argument("file", metavar="FILE|-")
+    hf.add_argument("--name", required=True, help="the model's name in requests")
+    hf.add_argument("--seq-length", type=int, help="the model's sequence length (default: the config's longest position)")
+    hf.set_defaults(action_with_input=_command_hf_config)
 
     sweep = commands.add_parser("sweep", help="plan a grid of GPU counts, clusters and batch sizes: a POST /v1/sweeps body")
     sweep.add_argument("file", metavar="FILE|-")

@@ -11,6 +11,8 @@ from app.catalog.schemas import (
     ClusterSpecIn,
     GpuEntry,
     GpuList,
+    HfConfigIn,
+    HfConfigModel,
     ModelEntry,
     ModelList,
     ModelSpecIn,
@@ -61,6 +63,15 @@ def create_model(body: ModelSpecIn, response: Response, session: SessionDep, acc
     session.commit()
     response.headers["Location"] = f"/v1/catalog/models/{entry['name']}"
     return entry
+
+
+@router.post(
+    "/models/from-hf-config", operation_id="convert_hf_config", response_model=HfConfigModel, response_model_exclude_none=True
+)
+def convert_hf_config(body: HfConfigIn, _access: ReadAccess) -> dict:
+    """Read a model's shape from its Hugging Face config.json. Nothing is stored: send the returned
+    ``model`` inline in a plan or evaluation, or to ``POST /v1/catalog/models`` to name it."""
+    return service.convert_hf_config(body)
 
 
 @router.delete(

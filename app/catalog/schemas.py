@@ -31,6 +31,13 @@ PrecisionName = Literal["fp16", "bf16", "fp8", "mxfp8", "nvfp4"]
 ExpertCount = Annotated[int, Field(strict=True, ge=0, le=4096)]
 LatentWidth = Annotated[int, Field(strict=True, ge=0, le=2**24)]
 
+# meta-llama/Meta-Llama-3-8B's config.json, the fields the reader takes.
+HF_LLAMA3_8B_EXAMPLE = {
+    "model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 8192,
+    "hidden_act": "silu", "tie_word_embeddings": False,
+}
+
 GPT3_1_3B_EXAMPLE = {
     "name": "my-gpt-1.3b",
     "num_layers": 24,
@@ -122,6 +129,33 @@ class ModelSpecIn(BaseModel):
     mtp_num_layers: Annotated[int, Field(strict=True, ge=0, le=64)] | None = Field(
         None, description="multi-token prediction modules trained on the last stage (DeepSeek-V3: 1)"
     )
+
+
+class HfConfigIn(BaseModel):
+    """A Hugging Face ``config.json`` to read a model's shape from (catalog/hf_config.py lists the
+    model types read and the fields each takes)."""
+
+    model_config = ConfigDict(
+        extra="forbid", title="HfConfigConversion",
+        json_schema_extra={"examples": [{"name": "my-llama3-8b", "config": HF_LLAMA3_8B_EXAMPLE}]},
+    )
+
+    name: EntryName
+    seq_length: Size | None = Field(
+        None, description="the model's sequence length; default: the config's longest position (max_position_embeddings)"
+    )
+    config: dict[str, Any] = Field(description="the model's config.json as published on the Hugging Face Hub")
+
+
+class HfConfigModel(BaseModel):
+    """A model read from a config.json: a ModelSpec to send inline as a request's ``model`` or to
+    ``POST /v1/catalog/models``, and what of the model the planner does not cost."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    model: ModelSpecIn
+    model_type: str = Field(description="the config's model_type")
+    not_modelled: list[str] = Field(description="parts of the model the cost model leaves out or costs as something close")
 
 
 class GpuSpecIn(BaseModel):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -15,10 +15,11 @@ from app.catalog import repository
 from app.catalog import resolve as resolution
 from app.catalog.models import CustomCluster, CustomModel
 from app.catalog.resolve import SINGULAR, Kind, Resolved, builtin_names
-from app.catalog.schemas import ClusterSpecIn, ModelSpecIn, entry_dict
+from app.catalog.schemas import ClusterSpecIn, HfConfigIn, ModelSpecIn, entry_dict
 from app.core.db import utc_now
 from app.core.ownership import ANYONE, Access
 from app.core.problems import Problem, from_spec_error, not_found
+from catalog.hf_config import from_hf_config
 from solver.spec.errors import SpecError
 
 CUSTOM_TABLES: dict[str, type[CustomModel] | type[CustomCluster]] = {
@@ -140,3 +141,20 @@ def resolve(
 ) -> Resolved:
     """``app.catalog.resolve.resolve`` with the database's custom entries."""
     return resolution.resolve(SessionEntries(session), model, cluster, num_gpus)
+
+
+def convert_hf_config(body: HfConfigIn) -> dict[str, Any]:
+    """The model a Hugging Face config.json describes, checked as an inline ModelSpec is; what the
+    planner cannot represent is a 422 naming the config's field (``body.config.head_dim``)."""
+    try:
+        converted = from_hf_config(body.config, name=body.name, seq_length=body.seq_length)
+    except SpecError as error:
+        raise from_spec_error(error, "body") from None
+    try:  # the API's own bounds (at most 1024 layers, sizes up to 2**24), under the config's names
+        model = ModelSpecIn.model_validate(converted.fields)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else ""
+        raise from_spec_error(SpecError(converted.keys.get(field, "config"), first["msg"]), "body") from None
+    return {"model": model.model_dump(mode="json", exclude_none=True), "model_type": converted.model_type,
+            "not_modelled": list(converted.not_modelled)}

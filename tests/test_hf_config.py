@@ -1,0 +1,204 @@
+"""Model entries from Hugging Face config.json files (catalog/hf_config.py).
+
+The published configs (tests/data/hf_configs, each with its Hub repository) are converted and
+checked field by field against the catalog entries that cite the same releases, and through the
+solver's parameter counts against the totals their authors publish. A config the planner cannot
+represent is an error naming the config's field, over HTTP a 422."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import catalog
+from catalog.hf_config import SUPPORTED_MODEL_TYPES, from_hf_config
+from conftest import assert_problem, unique_name
+from solver.cost.flops import active_parameter_count, total_parameter_count
+from solver.spec.errors import SpecError
+
+CONFIGS = Path(__file__).parent / "data" / "hf_configs"
+
+
+def _config(name: str) -> dict:
+    return json.loads((CONFIGS / f"{name}.json").read_text())
+
+
+def _entry(name: str) -> dict:
+    return {k: v for k, v in catalog.get_entry("models", name).items() if k not in ("display_name", "source", "builtin")}
+
+
+# Catalog entries whose shape comes from the same release as the config, and the fields in which
+# the catalog states the pre-training context (or the training code's vocabulary) rather than the
+# config's longest position.
+SAME_RELEASE = [
+    ("llama3-8b", "llama3-8b", {}),
+    ("mixtral-8x7b", "mixtral-8x7b", {}),
+    ("mixtral-8x22b", "mixtral-8x22b", {}),
+    ("deepseek-v3", "deepseek-v3", {"seq_length": 4096}),  # pre-training at 4K (report Sec 4.1)
+    ("qwen1.5-moe-a2.7b", "qwen1.5-moe-a2.7b", {}),
+    ("llama4-scout", "llama4-scout", {"seq_length": 8192}),  # the catalog's assumed pre-training length
+    ("gpt-neox-20b", "gpt-neox-20b", {}),
+    ("gpt2-xl", "gpt2-xl", {}),
+    ("bert-large", "bert-large", {}),
+    ("gpt-j-6b", "gpt-j-6b", {}),
+]
+
+
+@pytest.mark.parametrize(("config", "entry", "overrides"), SAME_RELEASE)
+def test_a_published_config_converts_to_the_catalog_entry_of_the_same_release(config, entry, overrides):
+    converted = from_hf_config(_config(config), name=entry, **overrides)
+    assert converted.fields == _entry(entry)
+
+
+def test_mpt_7b_converts_with_the_vocabulary_its_config_states():
+    """MPT-7B's config.json pads the vocabulary to 50432 where llm-foundry's training yaml (the
+    catalog's source) states 50368; every other field agrees, ALiBi leaves no position table."""
+    fields = from_hf_config(_config("mpt-7b"), name="mpt-7b").fields
+    assert fields == {**_entry("mpt-7b"), "vocab_size": 50432}
+    assert fields["position_embedding"] == "none"
+
+
+def test_moe_parameter_counts_match_what_their_authors_publish():
+    """DeepSeek-V3 671B total / 37B active (report Sec 4.2), Mixtral 8x7B 46.7B / 12.9B (Jiang et
+    al. 2024 Sec 2), Qwen1.5-MoE-A2.7B 14.3B / 2.7B (Qwen blog), from the converted configs."""
+    for name, total_b, active_b in (("deepseek-v3", 671, 37), ("mixtral-8x7b", 46.7, 12.9), ("qwen1.5-moe-a2.7b", 14.3, 2.7)):
+        model = catalog.model_spec_from_dict(from_hf_config(_config(name), name=name).fields)
+        assert total_parameter_count(model) / 1e9 == pytest.approx(total_b, rel=0.01), name
+        assert active_parameter_count(model) / 1e9 == pytest.approx(active_b, rel=0.03), name
+
+
+def test_what_the_planner_does_not_cost_is_listed():
+    notes = from_hf_config(_config("llama4-scout"), name="scout").not_modelled
+    assert any("chunked attention" in n for n in notes) and any("vision encoder" in n for n in notes)
+    assert any("biases" in n for n in from_hf_config(_config("qwen1.5-moe-a2.7b"), name="q").not_modelled)
+    assert from_hf_config(_config("llama3-8b"), name="l").not_modelled == ()
+    assert from_hf_config(_config("deepseek-v3"), name="d").not_modelled == (
+        "group-limited routing (n_group, topk_group) costs as plain top-k",
+    )
+
+
+def test_heads_the_planner_cannot_size_are_an_error_naming_head_dim():
+    """Qwen3-30B-A3B gives 32 heads of 128 on hidden 2048: the planner sizes each head as hidden /
+    heads (64), so the config is refused rather than costed as a narrower model."""
+    with pytest.raises(SpecError) as caught:
+        from_hf_config(_config("qwen3-30b-a3b"), name="qwen3")
+    assert caught.value.field == "config.head_dim"
+    assert "128 x 32 heads is not hidden_size 2048" in caught.value.reason
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "reason"),
+    [
+        ({"model_type": "mamba"}, "config.model_type", "'mamba' is not a model type this reader knows"),
+        ({"num_hidden_layers": None}, "config.num_hidden_layers", "is required"),
+        ({"num_hidden_layers": "32"}, "config.num_hidden_layers", "must be an integer >= 1"),
+        ({"num_key_value_heads": 0}, "config.num_key_value_heads", "must be an integer >= 1"),
+        ({"tie_word_embeddings": "no"}, "config.tie_word_embeddings", "must be true or false"),
+        ({"num_key_value_heads": 5}, "config.num_key_value_heads", "is not a multiple of num_kv_heads=5"),  # ModelSpec's GQA rule, under the config's name
+    ],
+)
+def test_a_bad_config_names_the_config_field(change, field, reason):
+    config = {**_config("llama3-8b"), **change}
+    with pytest.raises(SpecError) as caught:
+        from_hf_config(config, name="bad")
+    assert caught.value.field == field
+    assert reason in caught.value.reason
+
+
+def test_layouts_the_catalog_cannot_express_are_refused():
+    qwen = {**_config("qwen1.5-moe-a2.7b"), "mlp_only_layers": [0, 5]}
+    with pytest.raises(SpecError, match="dense layers at listed positions"):
+        from_hf_config(qwen, name="q")
+    scout = _config("llama4-scout")
+    scout["text_config"] = {**scout["text_config"], "moe_layers": [1, 3]}
+    with pytest.raises(SpecError) as caught:
+        from_hf_config(scout, name="s")
+    assert caught.value.field == "config.text_config.moe_layers"
+    shared = {**_config("qwen1.5-moe-a2.7b"), "shared_expert_intermediate_size": 5000}
+    with pytest.raises(SpecError, match="not a whole number of experts"):
+        from_hf_config(shared, name="q")
+
+
+def test_maverick_style_interleaving_is_every_second_layer():
+    """interleave_moe_layer_step 2 (Llama 4 Maverick): Transformers makes layers 1, 3, ... sparse,
+    the catalog's moe_layer_interval 2."""
+    scout = _config("llama4-scout")
+    text = {**scout["text_config"], "interleave_moe_layer_step": 2}
+    text.pop("moe_layers")
+    fields = from_hf_config({**scout, "text_config": text}, name="m").fields
+    assert fields["moe_layer_interval"] == 2 and fields["num_shared_experts"] == 1
+
+
+def test_every_supported_type_is_named_in_the_refusal():
+    with pytest.raises(SpecError) as caught:
+        from_hf_config({"model_type": None}, name="x")
+    for kind in SUPPORTED_MODEL_TYPES:
+        assert kind in caught.value.reason
+
+
+# ---------------------------------------------------------------------------------------- HTTP
+
+
+def test_the_api_converts_a_config_and_the_model_plans_as_the_catalog_entry_does(api):
+    name = unique_name("my-llama")
+    reply = api.post("/v1/catalog/models/from-hf-config", json={"name": name, "config": _config("llama3-8b")})
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert body["model"] == {**_entry("llama3-8b"), "name": name}
+    assert body["model_type"] == "llama" and body["not_modelled"] == []
+    request = {
+        "cluster": "dgx-h100-x1", "training": {"global_batch_size": 64, "seq_length": 8192},
+        "parallel": {"dp_size": 8, "tp_size": 1, "pp_size": 1, "zero_stage": 3, "micro_batch_size": 1, "recompute": "full"},
+    }
+    inline = api.post("/v1/evaluations", json={**request, "model": body["model"]})
+    named = api.post("/v1/evaluations", json={**request, "model": "llama3-8b"})
+    assert inline.status_code == 200, inline.text
+    assert inline.json()["prediction"]["step_time_s"] == named.json()["prediction"]["step_time_s"]
+    stored = api.post("/v1/catalog/models", json=body["model"])  # the converted body is a catalog model as it is
+    assert stored.status_code == 201, stored.text
+
+
+def test_the_api_refuses_a_config_it_cannot_represent_with_a_422_naming_the_field(api):
+    problem = assert_problem(api.post("/v1/catalog/models/from-hf-config", json={"name": "qwen3", "config": _config("qwen3-30b-a3b")}), 422)
+    assert problem["errors"][0]["field"] == "body.config.head_dim"
+    missing = assert_problem(api.post("/v1/catalog/models/from-hf-config", json={"name": "x", "config": {"model_type": "llama"}}), 422)
+    assert missing["errors"][0]["field"] == "body.config.num_hidden_layers"
+    unnamed = assert_problem(api.post("/v1/catalog/models/from-hf-config", json={"config": _config("llama3-8b")}), 422)
+    assert unnamed["errors"][0]["field"] == "body.name"
+
+
+def test_sizes_past_the_apis_bounds_are_a_422_under_the_configs_name(api):
+    """A config the reader takes but the API bounds refuse (more than 1024 layers) is named by its
+    config key, not by the ModelSpec field it would have filled."""
+    config = {**_config("llama3-8b"), "num_hidden_layers": 5000}
+    problem = assert_problem(api.post("/v1/catalog/models/from-hf-config", json={"name": "deep", "config": config}), 422)
+    assert problem["errors"][0]["field"] == "body.config.num_hidden_layers"
+
+
+# ---------------------------------------------------------------------------------------- CLI
+
+
+def test_the_cli_prints_the_model_a_plan_body_takes_inline():
+    from test_cli import run
+
+    code, out, _ = run(["hf-config", str(CONFIGS / "deepseek-v3.json"), "--name", "dsv3", "--seq-length", "4096"])
+    assert code == 0
+    assert json.loads(out)["model"] == {**_entry("deepseek-v3"), "name": "dsv3"}
+    code, out, _ = run(["evaluate", "-"], stdin=json.dumps({
+        "model": json.loads(out)["model"], "cluster": "hgx-h800-x256",
+        "training": {"global_batch_size": 1920, "seq_length": 4096},
+        "parallel": {"dp_size": 128, "pp_size": 16, "ep_size": 64, "zero_stage": 1, "micro_batch_size": 1, "recompute": "selective"},
+    }))
+    assert code == 0 and json.loads(out)["prediction"]["step_time_s"] > 0
+
+
+def test_the_cli_reports_a_config_it_cannot_read_as_a_problem():
+    from test_cli import run
+
+    code, out, err = run(["hf-config", "-", "--name", "q"], stdin=(CONFIGS / "qwen3-30b-a3b.json").read_text())
+    assert (code, out) == (2, "")
+    assert json.loads(err)["errors"][0]["field"] == "body.config.head_dim"
+    code, _, err = run(["hf-config", "-", "--name", "q"], stdin="{not json")
+    assert code == 2 and json.loads(err)["errors"][0]["field"] == "config"
