@@ -69,8 +69,8 @@ MODEL_FIELDS = (
     # Mixture of experts and multi-head latent attention (absent: dense, standard attention).
     "num_experts", "experts_per_token", "moe_ffn_hidden_size", "num_shared_experts", "first_dense_layers",
     "moe_layer_interval", "router", "kv_lora_rank", "q_lora_rank", "qk_head_dim", "qk_rope_head_dim", "v_head_dim",
-    # Multi-token prediction modules (absent: none).
-    "mtp_num_layers",
+    # Multi-token prediction modules (absent: none); heads not hidden / heads wide (absent: that width).
+    "mtp_num_layers", "head_dim",
 )
 MODEL_REQUIRED = ("name", "num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length")
 

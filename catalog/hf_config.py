@@ -5,8 +5,9 @@ plans without its shape being typed in by hand.
 config's ``model_type`` defines (src/transformers/models/<type>/configuration_<type>.py) and returns
 the catalog's model fields (the names of catalog/data/models.json, which ``POST
 /v1/catalog/models`` and an inline ``model`` take), with what of the model the planner does not
-cost. What the planner cannot represent is an error naming the config's field ("config.head_dim":
-heads wider than hidden_size / num_attention_heads), never a spec that costs another model.
+cost. What the planner cannot represent is an error naming the config's field ("config.moe_layers":
+sparse layers at positions the catalog's interval cannot state), never a spec that costs another
+model.
 
 What each model type reads (Transformers' field names; "x | y" is a default):
 - llama, mistral, qwen2, qwen3: num_hidden_layers, hidden_size, num_attention_heads,
@@ -134,7 +135,7 @@ def _decoder(r: _Reader, *, gated: bool = True) -> None:
     r.sizes(SHAPE_KEYS)
     heads = r.fields["num_attention_heads"]
     r.set("num_kv_heads", "num_key_value_heads", r.integer("num_key_value_heads", heads))
-    _check_head_dim(r)
+    _head_dim(r)
     r.set("tied_embeddings", "tie_word_embeddings", r.flag("tie_word_embeddings", False))
     r.fields.update(architecture="decoder", position_embedding="none")
     if gated:
@@ -148,19 +149,14 @@ def _decoder(r: _Reader, *, gated: bool = True) -> None:
         r.notes.append("sliding-window attention (costed as full causal attention)")
 
 
-def _check_head_dim(r: _Reader) -> None:
-    """The planner gives each head hidden_size / num_attention_heads; a config whose head_dim says
-    otherwise (Qwen3-30B-A3B: 32 heads of 128 on hidden 2048) cannot be costed as it is."""
+def _head_dim(r: _Reader) -> None:
+    """head_dim where the config states one (Qwen3-30B-A3B: 32 heads of 128 on hidden 2048); the
+    spec holds it only where it is not hidden_size / num_attention_heads."""
     head_dim = r.raw("head_dim", None)
-    if head_dim is None:
-        return
-    hidden, heads = r.fields["hidden_size"], r.fields["num_attention_heads"]
-    if type(head_dim) is not int or head_dim * heads != hidden:
-        raise SpecError(
-            r.where("head_dim"),
-            f"{_shown(head_dim)} x {heads} heads is not hidden_size {hidden}: the planner sizes each head as"
-            " hidden_size / num_attention_heads and cannot cost wider or narrower heads",
-        )
+    if head_dim is not None:
+        r.set("head_dim", "head_dim", r.integer("head_dim"))
+        if r.fields["head_dim"] * r.fields["num_attention_heads"] == r.fields["hidden_size"]:
+            del r.fields["head_dim"]
 
 
 def _llama(r: _Reader) -> None:

@@ -43,7 +43,7 @@ class ShardShape:
             raise SpecError("tp_size", f"{tp_size} does not divide num_attention_heads={model.num_attention_heads}")
         return ShardShape(
             hidden_size=model.hidden_size,
-            head_dim=model.head_dim,
+            head_dim=model.head_width,
             num_heads=model.num_attention_heads // tp_size,
             num_kv_heads=max(1, model.num_kv_heads // tp_size),
             ffn_hidden_size=math.ceil(model.ffn_hidden_size / tp_size),

@@ -79,13 +79,15 @@ def test_what_the_planner_does_not_cost_is_listed():
     )
 
 
-def test_heads_the_planner_cannot_size_are_an_error_naming_head_dim():
-    """Qwen3-30B-A3B gives 32 heads of 128 on hidden 2048: the planner sizes each head as hidden /
-    heads (64), so the config is refused rather than costed as a narrower model."""
-    with pytest.raises(SpecError) as caught:
-        from_hf_config(_config("qwen3-30b-a3b"), name="qwen3")
-    assert caught.value.field == "config.head_dim"
-    assert "128 x 32 heads is not hidden_size 2048" in caught.value.reason
+def test_heads_wider_than_hidden_over_heads_keep_their_width():
+    """Qwen3-30B-A3B gives 32 heads of 128 on hidden 2048: the spec keeps head_dim 128, and the
+    parameter counts come out as the model card states them (30.5B total, 3.3B activated)."""
+    fields = from_hf_config(_config("qwen3-30b-a3b"), name="qwen3").fields
+    assert (fields["head_dim"], fields["num_attention_heads"], fields["hidden_size"]) == (128, 32, 2048)
+    model = catalog.model_spec_from_dict(fields)
+    assert total_parameter_count(model) / 1e9 == pytest.approx(30.5, rel=0.01)
+    assert active_parameter_count(model) / 1e9 == pytest.approx(3.3, rel=0.02)
+    assert "head_dim" not in from_hf_config(_config("llama4-scout"), name="s").fields  # 40 x 128 = 5120: the default
 
 
 @pytest.mark.parametrize(
@@ -161,8 +163,9 @@ def test_the_api_converts_a_config_and_the_model_plans_as_the_catalog_entry_does
 
 
 def test_the_api_refuses_a_config_it_cannot_represent_with_a_422_naming_the_field(api):
-    problem = assert_problem(api.post("/v1/catalog/models/from-hf-config", json={"name": "qwen3", "config": _config("qwen3-30b-a3b")}), 422)
-    assert problem["errors"][0]["field"] == "body.config.head_dim"
+    scattered = {**_config("qwen3-30b-a3b"), "mlp_only_layers": [0, 7]}
+    problem = assert_problem(api.post("/v1/catalog/models/from-hf-config", json={"name": "qwen3", "config": scattered}), 422)
+    assert problem["errors"][0]["field"] == "body.config.mlp_only_layers"
     missing = assert_problem(api.post("/v1/catalog/models/from-hf-config", json={"name": "x", "config": {"model_type": "llama"}}), 422)
     assert missing["errors"][0]["field"] == "body.config.num_hidden_layers"
     unnamed = assert_problem(api.post("/v1/catalog/models/from-hf-config", json={"config": _config("llama3-8b")}), 422)
@@ -197,8 +200,8 @@ def test_the_cli_prints_the_model_a_plan_body_takes_inline():
 def test_the_cli_reports_a_config_it_cannot_read_as_a_problem():
     from test_cli import run
 
-    code, out, err = run(["hf-config", "-", "--name", "q"], stdin=(CONFIGS / "qwen3-30b-a3b.json").read_text())
+    code, out, err = run(["hf-config", "-", "--name", "q"], stdin=json.dumps({**_config("llama3-8b"), "model_type": "mamba"}))
     assert (code, out) == (2, "")
-    assert json.loads(err)["errors"][0]["field"] == "body.config.head_dim"
+    assert json.loads(err)["errors"][0]["field"] == "body.config.model_type"
     code, _, err = run(["hf-config", "-", "--name", "q"], stdin="{not json")
     assert code == 2 and json.loads(err)["errors"][0]["field"] == "config"

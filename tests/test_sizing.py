@@ -79,7 +79,7 @@ def test_a_family_shape_keeps_the_template_and_lands_on_the_count():
     llama3 = catalog.get_model("llama3-70b")
     sized = shape_for(llama3, 20e9, 4096, "llama3-20b")
     assert abs(total_parameter_count(sized) / 20e9 - 1) <= 0.05
-    assert sized.head_dim == 128 and sized.num_attention_heads % 4 == 0
+    assert sized.head_width == 128 and sized.num_attention_heads % 4 == 0
     assert sized.num_attention_heads // sized.num_kv_heads == 8  # the template's GQA groups
     assert sized.mlp_activation == llama3.mlp_activation and sized.vocab_size == llama3.vocab_size
     assert sized.ffn_hidden_size % 256 == 0

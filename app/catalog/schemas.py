@@ -129,6 +129,9 @@ class ModelSpecIn(BaseModel):
     mtp_num_layers: Annotated[int, Field(strict=True, ge=0, le=64)] | None = Field(
         None, description="multi-token prediction modules trained on the last stage (DeepSeek-V3: 1)"
     )
+    head_dim: Annotated[int, Field(strict=True, ge=1, le=4096)] | None = Field(
+        None, description="width of each attention head; default: hidden_size / num_attention_heads (Qwen3-30B-A3B: 128 on hidden 2048 with 32 heads)"
+    )
 
 
 class HfConfigIn(BaseModel):
@@ -346,6 +349,7 @@ class StoredModelSpec(BaseModel):
     qk_rope_head_dim: int | None | MISSING = MISSING
     v_head_dim: int | None | MISSING = MISSING
     mtp_num_layers: int | None | MISSING = MISSING
+    head_dim: int | None | MISSING = MISSING
     source: str | MISSING = Field(MISSING, description="where the shape comes from")
 
 

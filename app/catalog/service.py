@@ -145,7 +145,7 @@ def resolve(
 
 def convert_hf_config(body: HfConfigIn) -> dict[str, Any]:
     """The model a Hugging Face config.json describes, checked as an inline ModelSpec is; what the
-    planner cannot represent is a 422 naming the config's field (``body.config.head_dim``)."""
+    planner cannot represent is a 422 naming the config's field (``body.config.moe_layers``)."""
     try:
         converted = from_hf_config(body.config, name=body.name, seq_length=body.seq_length)
     except SpecError as error:

@@ -265,10 +265,10 @@ def _fp8_cast_s(model: ModelSpec, gpu: GpuSpec, precision: Precision, tokens: fl
     if cost is None:
         return 0.0, 0.0
     t = tp_size
-    h, kv, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
+    h, q, kv, f = model.hidden_size, model.q_width, model.kv_hidden_size, model.ffn_hidden_size
     up = (2 if model.mlp_activation is MlpActivation.SWIGLU else 1) * f
-    inputs = tokens * (h + h / t + h + f / t)  # QKV, output projection, up (+ gate), down
-    output_grads = tokens * ((h + 2 * kv) / t + h + up / t + h)
+    inputs = tokens * (h + q / t + h + f / t)  # QKV, output projection, up (+ gate), down
+    output_grads = tokens * ((q + 2 * kv) / t + h + up / t + h)
     return (
         elementwise_time_s(gpu, cost.bytes_per_element * inputs, kernels=cost.kernels),
         elementwise_time_s(gpu, cost.bytes_per_element * output_grads, kernels=cost.kernels),
@@ -290,6 +290,7 @@ def _kept_bytes(
     element, see ``_gathered_input_bytes``) they are b*s*h each, at full width."""
     t, b = shape.tp_size, shape.micro_batch_size
     h, a, kv, f = model.hidden_size, model.num_attention_heads, model.kv_hidden_size, model.ffn_hidden_size
+    q = model.q_width
     tokens = b * s // shape.cp_size
     swiglu = model.mlp_activation is MlpActivation.SWIGLU
     g = gemm_input_bytes
@@ -297,7 +298,7 @@ def _kept_bytes(
     replicated = (4 + 2 * g + 2) * tokens * h
     # Q (2), out-proj input (g), K and V (4), the MLP's inner tensors: SwiGLU's gate and up
     # outputs (4) or GELU's / squared ReLU's input (2), and the down projection's input (g)
-    split = (2 + g) * tokens * h + 4 * tokens * kv + ((4 if swiglu else 2) + g) * tokens * f
+    split = (2 + g) * tokens * q + 4 * tokens * kv + ((4 if swiglu else 2) + g) * tokens * f
     scores = 0 if flash else 5 * a * tokens * s  # softmax out, dropout mask, dropout out
     replicated_local = replicated / t if shape.sequence_parallel else replicated
     if shape.sequence_parallel and gathered_input_bytes is not None:
@@ -351,10 +352,10 @@ def backward_working_bytes(model: ModelSpec, shape: ProfileShape, s: int, flash:
     residual = BYTES_16BIT * tokens * h / (t if sequence_parallel else 1)
     gathered = BYTES_16BIT * tokens * h if sequence_parallel else 0.0  # a row-parallel GEMM's output gradient
     inner = BYTES_16BIT * tokens * f / t
-    heads = BYTES_16BIT * tokens * h / t
+    heads = BYTES_16BIT * tokens * model.q_width / t
     activation_grads = 2 if model.mlp_activation is MlpActivation.SWIGLU else 1
     if flash:
-        core = heads + heads + 2 * heads + FLASH_DQ_ACCUM_BYTES * tokens * h / t  # dctx, dQ, dK and dV, dq_accum
+        core = heads + heads + 2 * heads + FLASH_DQ_ACCUM_BYTES * tokens * model.q_width / t  # dctx, dQ, dK and dV, dq_accum
     else:
         core = heads + BYTES_16BIT * a * tokens * s / t
     phases = (gathered + inner, activation_grads * inner, gathered + heads, core)
@@ -367,9 +368,9 @@ def _block_matmuls(model: ModelSpec) -> tuple[tuple[int, int, bool], ...]:
     wq, wk, wv, then wo; FeedForward ``w2(silu(w1(x)) * w3(x))`` runs w1, w3, w2; a GELU MLP
     has w1 and w2). Column-parallel outputs are split over the TP group; a row-parallel one
     (wo, w2) is the full hidden width before its reduction."""
-    h, kv, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
+    h, q, kv, f = model.hidden_size, model.q_width, model.kv_hidden_size, model.ffn_hidden_size
     mlp = ((h, f, True), (h, f, True), (f, h, False)) if model.mlp_activation is MlpActivation.SWIGLU else ((h, f, True), (f, h, False))
-    return ((h, h, True), (h, kv, True), (h, kv, True), (h, h, False), *mlp)
+    return ((h, q, True), (h, kv, True), (h, kv, True), (q, h, False), *mlp)
 
 
 def _op_selective(
@@ -392,7 +393,7 @@ def _op_selective(
         else:
             recompute_s += gemm_time_s(gpu, precision, tokens, width, inputs if column else inputs / t)
     if flash:
-        kept += BYTES_16BIT * tokens * model.hidden_size / t + BYTES_FP32 * tokens * model.num_attention_heads / t
+        kept += BYTES_16BIT * tokens * model.q_width / t + BYTES_FP32 * tokens * model.num_attention_heads / t
     else:
         recompute_s += attention_s
     return int(kept), recompute_s
@@ -408,14 +409,15 @@ def _layer_profile(
     elementwise = FUSED if training.fused_kernels else EAGER
     t, b, s, cp = tp_size, micro_batch_size, seq_length, shape.cp_size
     h, a, kv, f = model.hidden_size, model.num_attention_heads, model.kv_hidden_size, model.ffn_hidden_size
+    q = model.q_width  # the queries' and the attention output's width (h unless head_dim says otherwise)
     tokens = b * s // cp  # this rank's tokens: s/cp of each sequence
     tokens_local = tokens / t if sequence_parallel else tokens  # tokens that norms/dropout see
     swiglu = model.mlp_activation is MlpActivation.SWIGLU
 
     # Forward GEMMs of one TP rank (Megatron column/row parallel split).
     gemm_forward_s = (
-        gemm_time_s(gpu, precision, tokens, (h + 2 * kv) / t, h)  # fused QKV projection
-        + gemm_time_s(gpu, precision, tokens, h, h / t)  # attention output projection
+        gemm_time_s(gpu, precision, tokens, (q + 2 * kv) / t, h)  # fused QKV projection
+        + gemm_time_s(gpu, precision, tokens, h, q / t)  # attention output projection
         + gemm_time_s(gpu, precision, tokens, (2 if swiglu else 1) * f / t, h)  # up (+ gate)
         + gemm_time_s(gpu, precision, tokens, h, f / t)  # down
     )
@@ -423,7 +425,7 @@ def _layer_profile(
         model, gpu, training, b * a / t, s, elementwise, cp
     )
     activation_fn_bytes = (6 if swiglu else 4) * tokens * f / t
-    head_copy_bytes = elementwise.head_copy_bytes * tokens * (2 * h + 2 * kv) / t
+    head_copy_bytes = elementwise.head_copy_bytes * tokens * (2 * q + 2 * kv) / t
     other_elementwise_s = elementwise_time_s(
         gpu, elementwise.hidden_bytes * tokens_local * h + activation_fn_bytes + head_copy_bytes, kernels=elementwise.kernels
     )

@@ -21,7 +21,7 @@ def attention_weight_count(model: ModelSpec) -> int:
     all heads), K/V up kv_lora x H(d_qk + d_v), output H d_v x h."""
     h = model.hidden_size
     if not model.is_mla:
-        return 2 * h * h + 2 * h * model.kv_hidden_size
+        return 2 * h * model.q_width + 2 * h * model.kv_hidden_size
     heads = model.num_attention_heads
     query_width = heads * (model.qk_head_dim + model.qk_rope_head_dim)
     query = (h * model.q_lora_rank + model.q_lora_rank * query_width) if model.q_lora_rank else h * query_width
@@ -83,7 +83,7 @@ def layer_parameter_count(model: ModelSpec, moe: bool = False, active: bool = Fa
             mlp_biases = experts * (model.moe_ffn_hidden_size + h)
         else:
             mlp_biases = model.ffn_hidden_size + h
-        biases = (h + 2 * model.kv_hidden_size + h) + mlp_biases
+        biases = (model.q_width + 2 * model.kv_hidden_size + h) + mlp_biases
         norms = 4 * h
     else:
         biases = 0
@@ -220,7 +220,7 @@ def attention_score_flops(model: ModelSpec, batch: int, seq_length: int) -> floa
     if model.is_mla:
         width = model.num_attention_heads * (model.qk_head_dim + model.qk_rope_head_dim + model.v_head_dim)
         return 2.0 * batch * seq_length * seq_length * width
-    return 4.0 * batch * seq_length * seq_length * model.hidden_size
+    return 4.0 * batch * seq_length * seq_length * model.q_width
 
 
 # BERT's masked-LM loss covers the 15% of tokens that are masked (Devlin et al. 2018 Sec 3.1);

@@ -42,7 +42,8 @@ def mla_cost(model: ModelSpec, gpu: GpuSpec, precision: Precision, tokens: float
     (see the module docstring); ``tokens`` = b * s / cp."""
     t, h, heads = tp_size, model.hidden_size, model.num_attention_heads
     qk, v, rope = model.qk_head_width, model.v_head_width, model.qk_rope_head_dim
-    standard = gemm_time_s(gpu, precision, tokens, (h + 2 * model.kv_hidden_size) / t, h) + gemm_time_s(gpu, precision, tokens, h, h / t)
+    q = model.q_width  # h: latent attention takes no head_dim (ModelSpec)
+    standard = gemm_time_s(gpu, precision, tokens, (q + 2 * model.kv_hidden_size) / t, h) + gemm_time_s(gpu, precision, tokens, h, q / t)
     if model.q_lora_rank:
         query_up_s = gemm_time_s(gpu, precision, tokens, heads * qk / t, model.q_lora_rank)
         query_s = gemm_time_s(gpu, precision, tokens, model.q_lora_rank, h) + query_up_s
@@ -56,7 +57,7 @@ def mla_cost(model: ModelSpec, gpu: GpuSpec, precision: Precision, tokens: float
     # H x v (split over tp), the two latents (unsplit), against the standard layer's Q, output
     # input (h each) and K, V (kv_hidden each) of Korthikanti et al.'s Table 2.
     mla_kept = (2 * heads * qk + 2 * heads * v) / t + model.q_lora_rank + model.kv_lora_rank + rope
-    standard_kept = (2 * h + 2 * model.kv_hidden_size) / t
+    standard_kept = (2 * q + 2 * model.kv_hidden_size) / t
     # ``mla_up_proj`` recompute (Megatron-core multi_latent_attention.py at NVIDIA/Megatron-LM
     # 8f1c2f8ae53b4e3f32c0ae7f397d8b38a675eaa2: ``qkv_up_checkpoint = CheckpointWithoutOutput``
     # over ``qkv_up_proj_and_rope_apply``, then ``discard_output_and_register_recompute`` once the

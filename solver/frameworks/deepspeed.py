@@ -323,7 +323,7 @@ def layer_weight_count(model: ModelSpec) -> int:
     """GEMM weights of one transformer layer: Q and output h x h, K and V h x kv, and the MLP's
     h x ffn matrices (the cost model's ``layer_weight_count``; biases and norms are a few h)."""
     h = model.hidden_size
-    return 2 * h * h + 2 * h * model.kv_hidden_size + model.mlp_gemm_count * h * model.ffn_hidden_size
+    return 2 * h * model.q_width + 2 * h * model.kv_hidden_size + model.mlp_gemm_count * h * model.ffn_hidden_size
 
 
 def launcher_arguments(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSpec) -> list[Argument]:
@@ -362,6 +362,8 @@ def launcher_arguments(plan: PlanToExport, parallel: ParallelConfig, training: T
     ]
     if model.num_kv_heads < model.num_attention_heads:
         args.append(("--num-key-value-heads", str(model.num_kv_heads)))
+    if model.head_dim is not None:  # heads not hidden / heads wide (Megatron's --kv-channels)
+        args.append(("--kv-channels", str(model.head_dim)))
     args += [("--seq-length", str(training.seq_length)), ("--max-position-embeddings", str(max(model.seq_length, training.seq_length)))]
     if model.position_embedding is PositionEmbedding.NONE:
         args += [("--use-rotary-position-embeddings", None), ("--no-position-embedding", None)]

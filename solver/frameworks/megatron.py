@@ -272,6 +272,8 @@ def model_arguments(plan: PlanToExport) -> list[Argument]:
     ]
     if model.num_kv_heads < model.num_attention_heads:
         args += [("--group-query-attention", None), ("--num-query-groups", str(model.num_kv_heads))]
+    if model.head_dim is not None:  # heads not hidden / heads wide (megatron-core's kv_channels)
+        args.append(("--kv-channels", str(model.head_dim)))
     args += [("--seq-length", str(plan.training.seq_length)),
              ("--max-position-embeddings", str(max(model.seq_length, plan.training.seq_length)))]
     rope = model.position_embedding is PositionEmbedding.NONE

@@ -149,6 +149,7 @@ def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[st
         "ffn_hidden_size": model.ffn_hidden_size,
         "num_attention_heads": model.num_attention_heads,
         "num_query_groups": model.num_kv_heads if model.num_kv_heads < model.num_attention_heads else None,
+        "kv_channels": model.head_dim,  # None: hidden_size / num_attention_heads, NeMo's default
         "position_embedding_type": "rope" if model.position_embedding is PositionEmbedding.NONE else "learned_absolute",
         "share_embeddings_and_output_weights": model.tied_embeddings,
     }

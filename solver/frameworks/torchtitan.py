@@ -294,6 +294,9 @@ def export(plan: PlanToExport) -> Export:
     notes = [f"set [training] dataset and [model] hf_assets_path (tokenizer of {plan.model.vocab_size} tokens)"]
     if plan.model.mlp_activation is not MlpActivation.SWIGLU:
         notes.append("torchtitan ships Llama-style (SwiGLU) models; register this model's architecture as a custom model")
+    if plan.model.head_dim is not None:
+        notes.append(f"heads of {plan.model.head_dim} are not dim / n_heads wide: the flavor needs a model that"
+                     " takes a head_dim (torchtitan's qwen3 does; llama3 does not)")
     notes.append(f"register a flavor named {plan.model.name!r} with the model's shape, or rename [model] flavor")
     return Export(
         ExportFormat.TORCHTITAN, not differences, parallel, training, differences,

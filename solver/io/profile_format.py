@@ -58,7 +58,7 @@ PARAMETER_BYTES = 2
 MODEL_KEYS = (
     "name", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size",
     "vocab_size", "seq_length", "mlp_activation", "tied_embeddings", "architecture",
-    "position_embedding",
+    "position_embedding", "head_dim",
 )
 MODEL_INFO_KEYS = ("display_name", "source")  # catalog entries carry these; kept out of ModelSpec
 TOP_KEYS = (
@@ -175,6 +175,8 @@ def model_to_dict(model: ModelSpec) -> dict[str, Any]:
     out = {key: getattr(model, key) for key in MODEL_KEYS}
     for key in ("mlp_activation", "architecture", "position_embedding"):
         out[key] = out[key].value
+    if out["head_dim"] is None:  # written only where the heads are not hidden / heads wide
+        del out["head_dim"]
     return out
 
 
@@ -184,7 +186,7 @@ def model_from_dict(raw: Any, path: str = "model") -> ModelSpec:
     kwargs: dict[str, Any] = {"name": _text(f"{path}.name", _required(path, raw, "name"))}
     for key in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length"):
         kwargs[key] = check_integer(f"{path}.{key}", _required(path, raw, key), 1, SIZE_MAX)
-    for key in ("num_kv_heads", "ffn_hidden_size"):
+    for key in ("num_kv_heads", "ffn_hidden_size", "head_dim"):
         if raw.get(key) is not None:
             kwargs[key] = check_integer(f"{path}.{key}", raw[key], 1, SIZE_MAX)
     if raw.get("tied_embeddings") is not None:

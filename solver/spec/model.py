@@ -99,6 +99,11 @@ class ModelSpec:
     v_head_dim: int = 0
     # Multi-token prediction modules trained beside the model (0: none).
     mtp_num_layers: int = 0
+    # Width of each attention head where it is not hidden_size / num_attention_heads (Qwen3-30B-A3B:
+    # 32 heads of 128 on hidden 2048; Megatron's --kv-channels, Hugging Face's head_dim). None: that
+    # quotient. Q and the attention output are num_attention_heads x head_dim wide, K and V
+    # num_kv_heads x head_dim; the residual stream stays hidden_size.
+    head_dim: int | None = None
 
     def __post_init__(self) -> None:
         for field in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length"):
@@ -113,10 +118,15 @@ class ModelSpec:
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SpecError(f"model.{field}", f"must be a positive integer, got {value!r}")
-        if self.hidden_size % self.num_attention_heads:
+        if self.head_dim is not None:
+            if not isinstance(self.head_dim, int) or isinstance(self.head_dim, bool) or self.head_dim < 1:
+                raise SpecError("model.head_dim", f"must be a positive integer, got {self.head_dim!r}")
+            if self.head_dim * self.num_attention_heads == self.hidden_size:
+                object.__setattr__(self, "head_dim", None)  # the default, held as None so equal models compare equal
+        if self.head_dim is None and self.hidden_size % self.num_attention_heads:
             raise SpecError(
                 "model.hidden_size",
-                f"{self.hidden_size} is not divisible by num_attention_heads={self.num_attention_heads}",
+                f"{self.hidden_size} is not divisible by num_attention_heads={self.num_attention_heads} (give head_dim)",
             )
         if self.num_attention_heads % self.num_kv_heads:
             raise SpecError(
@@ -133,6 +143,8 @@ class ModelSpec:
         object.__setattr__(self, "position_embedding", PositionEmbedding(self.position_embedding))
         self._check_experts()
         self._check_latent_attention()
+        if self.head_dim is not None and self.is_mla:
+            raise SpecError("model.head_dim", "latent attention sizes its heads with qk_head_dim, qk_rope_head_dim and v_head_dim")
         value = self.mtp_num_layers
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise SpecError("model.mtp_num_layers", f"must be a non-negative integer, got {value!r}")
@@ -217,23 +229,30 @@ class ModelSpec:
         return max(0, self.num_layers - self.first_dense_layers) // self.moe_layer_interval
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+    def head_width(self) -> int:
+        """Width of each attention head: ``head_dim``, or hidden_size / num_attention_heads."""
+        return self.hidden_size // self.num_attention_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def q_width(self) -> int:
+        """Width of the queries and of the attention output (the output projection's input):
+        num_attention_heads x head width, hidden_size unless ``head_dim`` says otherwise."""
+        return self.num_attention_heads * self.head_width
 
     @property
     def qk_head_width(self) -> int:
         """Width of each head's query and key: head_dim, or MLA's d_qk + d_rope (DeepSeek-V3: 192)."""
-        return self.qk_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
+        return self.qk_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_width
 
     @property
     def v_head_width(self) -> int:
         """Width of each head's value: head_dim, or MLA's d_v (DeepSeek-V3: 128)."""
-        return self.v_head_dim if self.is_mla else self.head_dim
+        return self.v_head_dim if self.is_mla else self.head_width
 
     @property
     def kv_hidden_size(self) -> int:
         """Width of the K and V projections (equal to hidden_size without GQA)."""
-        return self.num_kv_heads * self.head_dim
+        return self.num_kv_heads * self.head_width
 
     @property
     def linear_biases(self) -> bool:
