@@ -45,6 +45,7 @@ class Residual:
     stack: str
     gpu: str  # the catalog GPU that ran it
     ratio: float  # measured / predicted throughput
+    moe: bool = False  # a mixture-of-experts model: judged apart (catalog.error_band_keys)
 
 
 def residuals() -> list[Residual]:
@@ -57,7 +58,9 @@ def residuals() -> list[Residual]:
             continue
         settings = accuracy.record_settings(records[result.run_id], inputs)
         gpu = catalog.get_entry("nodes", settings["node"])["gpu"]
-        found.append(Residual(result.run_id, settings.get("stack", "unknown"), gpu, 1 / (1 + result.error)))
+        model = accuracy._model_for(records[result.run_id], settings)
+        moe = model is not None and model.is_moe
+        found.append(Residual(result.run_id, settings.get("stack", "unknown"), gpu, 1 / (1 + result.error), moe))
     return found
 
 
@@ -73,7 +76,7 @@ def bands(found: list[Residual], coverage: float) -> dict[str, dict]:
     """Every group's band, for groups of at least MIN_RUNS runs ('all' always)."""
     groups: dict[str, list[float]] = defaultdict(list)
     for r in found:
-        for key in catalog.error_band_keys(r.stack, r.gpu):
+        for key in catalog.error_band_keys(r.stack, r.gpu, r.moe):
             groups[key].append(r.ratio)
     table = {}
     for key, ratios in sorted(groups.items()):
@@ -84,14 +87,14 @@ def bands(found: list[Residual], coverage: float) -> dict[str, dict]:
     return table
 
 
-def band_for(table: dict[str, dict], stack: str, gpu: str) -> tuple[str, dict]:
-    key = next(k for k in catalog.error_band_keys(stack, gpu) if k in table)
+def band_for(table: dict[str, dict], stack: str, gpu: str, moe: bool = False) -> tuple[str, dict]:
+    key = next(k for k in catalog.error_band_keys(stack, gpu, moe) if k in table)
     return key, table[key]
 
 
 def holds(table: dict[str, dict], run: Residual) -> tuple[bool, dict]:
     """Whether the band ``run`` takes from ``table`` holds its measured value, and that band."""
-    _, band = band_for(table, run.stack, run.gpu)
+    _, band = band_for(table, run.stack, run.gpu, run.moe)
     return bool(band["low_ratio"] <= run.ratio <= band["high_ratio"]), band
 
 

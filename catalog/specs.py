@@ -59,10 +59,16 @@ def gpu_generation(gpu_name: str) -> str:
     return gpu_name.split("-")[0]
 
 
-def error_band_keys(stack: str, gpu_name: str) -> list[str]:
+def error_band_keys(stack: str, gpu_name: str, moe: bool = False) -> list[str]:
     """The error-band groups a prediction may take its band from, most specific first: its stack
-    on its GPU generation, its stack, every measured run (data/error_bands.json)."""
-    return [f"{stack}/{gpu_generation(gpu_name)}", stack, "all"]
+    on its GPU generation, its stack, every measured run (data/error_bands.json). A mixture-of-
+    experts model's prediction is judged by MoE runs alone (its stack on its generation, its
+    stack, every MoE run) before every run: routing and token dispatch err in ways a dense
+    layer does not (bench/error_bands.py), and a dense model's band should not carry them."""
+    generation = gpu_generation(gpu_name)
+    if moe:
+        return [f"{stack}/{generation}/moe", f"{stack}/moe", "moe", "all"]
+    return [f"{stack}/{generation}", stack, "all"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -70,9 +76,10 @@ def _error_bands() -> dict[str, dict[str, Any]]:
     return dict(json.loads((DATA_DIR / "error_bands.json").read_text())["bands"])
 
 
-def error_band(stack: str, gpu_name: str) -> ErrorBand:
-    """The band for predictions of ``stack`` on ``gpu_name`` (bench/error_bands.py builds them)."""
+def error_band(stack: str, gpu_name: str, moe: bool = False) -> ErrorBand:
+    """The band for predictions of ``stack`` on ``gpu_name``, of a mixture-of-experts model where
+    ``moe`` (bench/error_bands.py builds them)."""
     bands = _error_bands()
-    key = next(k for k in error_band_keys(stack, gpu_name) if k in bands)
+    key = next(k for k in error_band_keys(stack, gpu_name, moe) if k in bands)
     band = bands[key]
     return ErrorBand(band["low_ratio"], band["high_ratio"], key, band["runs"])

@@ -85,3 +85,33 @@ def test_evaluations_and_plans_carry_the_range(api):
     assert plan.status_code in (200, 201), plan.text
     for candidate in plan.json()["candidates"]:
         assert candidate["prediction"]["range"]["group"] == "all"
+
+
+def test_moe_predictions_take_the_bands_of_moe_runs_and_dense_ones_do_not_carry_them():
+    """MoE runs form their own groups (their routing and dispatch err apart, e.g. Megatron-core's
+    alltoall dispatcher rows of the Qwen3 table): an MoE model on GB200 under megatron-core-2024
+    takes the GB200 MoE band, on B200 its stack's MoE band; a dense model's stack band counts
+    the dense runs alone, so the MoE runs leave it as it was."""
+    found = error_bands.residuals()
+    bands = json.loads(error_bands.BANDS_FILE.read_text())["bands"]
+    assert catalog.error_band("megatron-core-2024", "gb200-186gb", moe=True).group == "megatron-core-2024/gb200/moe"
+    assert catalog.error_band("megatron-core-2024", "b200-sxm-180gb", moe=True).group == "megatron-core-2024/moe"
+    assert catalog.error_band("torchtitan-2025", "h100-sxm5-80gb", moe=True).group == "moe"
+    dense = [r for r in found if r.stack == "megatron-core-2024" and not r.moe]
+    moe = [r for r in found if r.moe]
+    assert bands["megatron-core-2024"]["runs"] == len(dense) and bands["moe"]["runs"] == len(moe) == 26
+    assert all(r.run_id.startswith("moe-") for r in moe)
+
+
+def test_an_moe_evaluation_carries_its_moe_band(api):
+    body = {
+        "model": "mixtral-8x7b", "cluster": "dgx-h100-x8", "num_gpus": 64,
+        "training": {"global_batch_size": 512, "seq_length": 4096},
+        "parallel": {"dp_size": 32, "tp_size": 2, "pp_size": 1, "zero_stage": 1, "micro_batch_size": 1,
+                     "recompute": "full", "sequence_parallel": True, "ep_size": 8},
+    }
+    response = api.post("/v1/evaluations", json=body)
+    assert response.status_code == 200, response.text
+    stack = catalog.default_stack_name()
+    assert response.json()["prediction"]["range"]["group"] == catalog.error_band(stack, "h100-sxm5-80gb", moe=True).group
+    assert response.json()["prediction"]["range"]["group"] in ("moe", f"{stack}/moe", f"{stack}/h100/moe")

@@ -43,6 +43,8 @@ SAME_RELEASE = [
     ("gpt2-xl", "gpt2-xl", {}),
     ("bert-large", "bert-large", {}),
     ("gpt-j-6b", "gpt-j-6b", {}),
+    ("qwen3-30b-a3b", "qwen3-30b-a3b", {"seq_length": 4096}),  # pre-training at 4K (Qwen3 report Sec 3)
+    ("qwen3-235b-a22b", "qwen3-235b-a22b", {"seq_length": 4096}),
 ]
 
 
@@ -62,8 +64,10 @@ def test_mpt_7b_converts_with_the_vocabulary_its_config_states():
 
 def test_moe_parameter_counts_match_what_their_authors_publish():
     """DeepSeek-V3 671B total / 37B active (report Sec 4.2), Mixtral 8x7B 46.7B / 12.9B (Jiang et
-    al. 2024 Sec 2), Qwen1.5-MoE-A2.7B 14.3B / 2.7B (Qwen blog), from the converted configs."""
-    for name, total_b, active_b in (("deepseek-v3", 671, 37), ("mixtral-8x7b", 46.7, 12.9), ("qwen1.5-moe-a2.7b", 14.3, 2.7)):
+    al. 2024 Sec 2), Qwen1.5-MoE-A2.7B 14.3B / 2.7B (Qwen blog), Qwen3-235B-A22B 235B / 22B (model
+    card), from the converted configs."""
+    for name, total_b, active_b in (("deepseek-v3", 671, 37), ("mixtral-8x7b", 46.7, 12.9), ("qwen1.5-moe-a2.7b", 14.3, 2.7),
+                                    ("qwen3-235b-a22b", 235, 22)):
         model = catalog.model_spec_from_dict(from_hf_config(_config(name), name=name).fields)
         assert total_parameter_count(model) / 1e9 == pytest.approx(total_b, rel=0.01), name
         assert active_parameter_count(model) / 1e9 == pytest.approx(active_b, rel=0.03), name

@@ -31,7 +31,7 @@ def evaluate_configuration(session: Session, body: EvaluationRequest, access: Ac
         parallel = parallel_from_dict(body.parallel.model_dump())
         result = evaluate(
             resolved.model, resolved.cluster, training, parallel, num_gpus=num_gpus, profile=profile,
-            error_band=error_band(body.training, resolved.cluster),
+            error_band=error_band(body.training, resolved.cluster, resolved.model),
         )
     except SpecError as error:
         raise from_spec_error(error, "body") from None

@@ -15,6 +15,7 @@ from catalog.conversion import STACK_FACTS
 from solver.cost.uncertainty import ErrorBand
 from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
+from solver.spec.model import ModelSpec
 from solver.spec.training import TrainingSpec
 
 
@@ -73,11 +74,11 @@ def training_spec(training: Training) -> TrainingSpec:
         raise from_spec_error(error, "body") from None
 
 
-def error_band(training: Training, cluster: ClusterSpec) -> ErrorBand:
+def error_band(training: Training, cluster: ClusterSpec, model: ModelSpec) -> ErrorBand:
     """The range every prediction of this request carries: the bench residuals of its stack on
-    its GPU generation (catalog/data/error_bands.json). The stack name is checked by
-    ``training_spec``, which every caller runs first."""
-    return catalog.error_band(training.stack or catalog.default_stack_name(), cluster.gpu.name)
+    its GPU generation, of MoE runs for an MoE model (catalog/data/error_bands.json). The stack
+    name is checked by ``training_spec``, which every caller runs first."""
+    return catalog.error_band(training.stack or catalog.default_stack_name(), cluster.gpu.name, model.is_moe)
 
 
 def check_num_gpus(num_gpus: int | None, cluster: ClusterSpec) -> int:

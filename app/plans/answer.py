@@ -84,7 +84,7 @@ def search_request(
             gpu_hour_price_usd=body.gpu_hour_price_usd,
             time_budget_s=time_budget_s,
             profile=profile,
-            error_band=error_band(body.training, resolved.cluster),
+            error_band=error_band(body.training, resolved.cluster, resolved.model),
         )
     except SpecError as error:
         raise from_spec_error(error, "body") from None
