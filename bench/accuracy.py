@@ -87,6 +87,12 @@ def load_blackwell_records() -> list[dict]:
     return list(json.loads((DATA / "published_runs_blackwell.json").read_text())["runs"])
 
 
+def load_h100_records() -> list[dict]:
+    """The published dense pre-training runs on DGX-H100 of Megatron-Bridge's performance summary
+    (26.02: Llama 3 70B and Llama 3.1 405B in FP8), each naming its catalog model."""
+    return list(json.loads((DATA / "published_runs_h100.json").read_text())["runs"])
+
+
 def load_moe_records() -> list[dict]:
     """The published mixture-of-experts pre-training runs with expert parallelism (NVIDIA's NeMo
     and Megatron-Bridge performance summaries: Mixtral, Llama 4 Scout and DeepSeek-V3 on H100 and
@@ -423,9 +429,9 @@ def evaluate_all() -> list[RunResult]:
 
 
 def bench_records() -> list[dict]:
-    """Every record of the grown bench: the published runs, the Blackwell runs, the MoE runs,
-    then vTrain's public rows."""
-    return load_records() + load_blackwell_records() + load_moe_records() + vtrain.load_records()
+    """Every record of the grown bench: the published runs, the Blackwell runs, the H100 runs of
+    the same summary, the MoE runs, then vTrain's public rows."""
+    return load_records() + load_blackwell_records() + load_h100_records() + load_moe_records() + vtrain.load_records()
 
 
 def evaluate_bench() -> list[RunResult]:

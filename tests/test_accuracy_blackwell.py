@@ -118,3 +118,21 @@ def test_the_70b_fsdp_runs_offload_their_recipes_layers_and_the_gb300_run_fits(b
     # GB200: 40 layers take it from 339.8 to about 187.6 GiB of 186: still 0.9% over, the memory
     # model's margin (issue 13 part 5), not the offload's.
     assert "INFEASIBLE" in by_id["mbridge2602-dgx-gb200-llama3-70b-64gpu-fp8-cs"].filled
+
+
+def test_the_h100_rows_of_the_same_summary_hold_within_10_percent():
+    """Megatron-Bridge's 26.02 DGX-H100 dense rows (Llama 3 70B on 64 GPUs, Llama 3.1 405B on 1024
+    with cp 2), costed with the presets' settings like the Blackwell rows: each within 10%."""
+    from bench.accuracy import load_h100_records
+
+    records = load_h100_records()
+    assert [r["id"] for r in records] == ["mbridge2602-dgx-h100-llama3-70b-64gpu-fp8-cs", "mbridge2602-dgx-h100-llama3.1-405b-1024gpu-fp8-cs"]
+    inputs = load_inputs()
+    results = {r.run_id: r for r in evaluate_bench()}
+    for record in records:
+        settings = record_settings(record, inputs)
+        assert settings["family"] == "mbridge-h100" and settings["node"] == "dgx-h100" and settings["precision"] == "fp8"
+        result = results[record["id"]]
+        assert not result.skipped and abs(result.error) <= 0.10, result
+    rows = {row.family: row for row in family_table([results[r["id"]] for r in records])}
+    assert rows["mbridge-h100"].count == 2
