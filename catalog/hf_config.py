@@ -28,6 +28,11 @@ What each model type reads (Transformers' field names; "x | y" is a default):
   num_experts_per_tok, one shared expert, sigmoid router, dense layers of intermediate_size_mlp,
   every interleave_moe_layer_step-th layer sparse (its moe_layers list must follow that pattern).
 - nemotron: as llama with hidden_act relu2, an ungated squared-ReLU MLP.
+- gemma, gemma2, gemma3_text (and gemma3's text_config): as llama with a gated GELU MLP
+  (hidden_activation), tied embeddings by default and head_dim (256); the alternating local
+  windows and logit soft-capping are named, not costed.
+- gpt_oss: as mixtral (num_local_experts of intermediate_size, top num_experts_per_tok) with
+  head_dim 64; its biases, attention sinks and alternating windows are named, not costed.
 - gpt_neox: num_hidden_layers, hidden_size, num_attention_heads, intermediate_size, vocab_size,
   max_position_embeddings, tie_word_embeddings | false, GELU, rotary.
 - gptj: n_layer, n_embd, n_head, n_inner | 4 x n_embd, vocab_size, n_positions,
@@ -130,23 +135,27 @@ SHAPE_KEYS = (("num_layers", "num_hidden_layers"), ("hidden_size", "hidden_size"
               ("vocab_size", "vocab_size"), ("seq_length", "max_position_embeddings"))
 
 
-def _decoder(r: _Reader, *, gated: bool = True) -> None:
-    """The fields every Llama-style decoder config shares (LlamaConfig's names)."""
+def _decoder(r: _Reader, *, gated: bool = True, tied_default: bool = False, act_key: str = "hidden_act",
+             alternating_window: bool = False) -> None:
+    """The fields every Llama-style decoder config shares (LlamaConfig's names). Where
+    ``alternating_window``, the config's sliding_window applies to every other layer (Gemma 2/3,
+    gpt-oss) rather than to all of them (Mistral 7B v0.1)."""
     r.sizes(SHAPE_KEYS)
     heads = r.fields["num_attention_heads"]
     r.set("num_kv_heads", "num_key_value_heads", r.integer("num_key_value_heads", heads))
     _head_dim(r)
-    r.set("tied_embeddings", "tie_word_embeddings", r.flag("tie_word_embeddings", False))
+    r.set("tied_embeddings", "tie_word_embeddings", r.flag("tie_word_embeddings", tied_default))
     r.fields.update(architecture="decoder", position_embedding="none")
     if gated:
-        act = r.text("hidden_act", "silu")
+        act = r.text(act_key, "silu")
         r.fields["mlp_activation"] = "swiglu"
         if act not in ("silu", "swish"):
             r.notes.append(f"a gated MLP with {act} costs as SwiGLU (the same three GEMMs)")
     if r.raw("attention_bias", False) is True:
         r.notes.append("the attention projections' biases")
     if r.raw("use_sliding_window", False) is True or (r.raw("sliding_window", None) is not None and "use_sliding_window" not in r.config):
-        r.notes.append("sliding-window attention (costed as full causal attention)")
+        where = "on alternating layers " if alternating_window else ""
+        r.notes.append(f"sliding-window attention {where}(costed as full causal attention)")
 
 
 def _head_dim(r: _Reader) -> None:
@@ -268,6 +277,28 @@ def _llama4_text(r: _Reader) -> None:
     r.notes.append("the per-head Q and K norms")
 
 
+def _gemma(r: _Reader) -> None:
+    """Gemma 1/2/3 (GemmaConfig, Gemma2Config, Gemma3TextConfig): a gated GELU MLP (GeGLU, the
+    three GEMMs SwiGLU costs), tied embeddings by default, head_dim 256 wider than hidden / heads
+    on most sizes."""
+    _decoder(r, tied_default=True, act_key="hidden_activation" if r.raw("hidden_activation", None) else "hidden_act",
+             alternating_window=True)
+    if r.raw("attn_logit_softcapping", None) is not None or r.raw("final_logit_softcapping", None) is not None:
+        r.notes.append("logit soft-capping (element-wise, not costed)")
+    r.notes.append("the embedding scaling and extra norms (element-wise)")
+
+
+def _gpt_oss(r: _Reader) -> None:
+    """gpt-oss (GptOssConfig): Mixtral-style experts of intermediate_size with biases, top
+    num_experts_per_tok, head_dim 64 on hidden 2880."""
+    _decoder(r, alternating_window=True)
+    r.set("num_experts", "num_local_experts", r.integer("num_local_experts"))
+    r.set("experts_per_token", "num_experts_per_tok", r.integer("num_experts_per_tok"))
+    r.set("moe_ffn_hidden_size", "intermediate_size", r.fields["ffn_hidden_size"])
+    r.fields["router"] = "softmax_topk"
+    r.notes.append("the experts' biases and the attention sinks")
+
+
 def _nemotron(r: _Reader) -> None:
     _decoder(r, gated=False)
     act = r.text("hidden_act", "relu2")
@@ -333,11 +364,12 @@ def _mpt(r: _Reader) -> None:
 _READERS: dict[str, Callable[[_Reader], None]] = {
     "llama": _llama, "mistral": _llama, "qwen2": _qwen2, "qwen3": _qwen3, "mixtral": _mixtral,
     "qwen2_moe": _qwen2_moe, "qwen3_moe": _qwen3_moe, "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
-    "llama4_text": _llama4_text, "nemotron": _nemotron, "gpt_neox": _gpt_neox, "gptj": _gptj, "gpt2": _gpt2,
+    "llama4_text": _llama4_text, "nemotron": _nemotron, "gpt_oss": _gpt_oss,
+    "gemma": _gemma, "gemma2": _gemma, "gemma3_text": _gemma, "gpt_neox": _gpt_neox, "gptj": _gptj, "gpt2": _gpt2,
     "bert": _bert, "mpt": _mpt,
 }
 _OPTIONAL_DEFAULTS = {"moe_layer_interval": 1, "num_shared_experts": 0, "first_dense_layers": 0, "mtp_num_layers": 0}
-SUPPORTED_MODEL_TYPES = tuple(sorted([*_READERS, "llama4"]))
+SUPPORTED_MODEL_TYPES = tuple(sorted([*_READERS, "llama4", "gemma3"]))
 
 
 def from_hf_config(config: Mapping[str, Any], name: str, seq_length: int | None = None, path: str = "config") -> Converted:
@@ -347,14 +379,14 @@ def from_hf_config(config: Mapping[str, Any], name: str, seq_length: int | None 
     if not isinstance(config, Mapping):
         raise SpecError(path, "must be a JSON object (a config.json)")
     model_type = config.get("model_type")
-    if model_type == "llama4":  # Llama4Config: the language model is its text_config
+    if model_type in ("llama4", "gemma3"):  # the language model is the text_config
         text = config.get("text_config")
         if not isinstance(text, Mapping):
-            raise SpecError(f"{path}.text_config", "is required for model_type 'llama4' (the language model's config)")
+            raise SpecError(f"{path}.text_config", f"is required for model_type {model_type!r} (the language model's config)")
         reader = _Reader(text, f"{path}.text_config")
         if "tie_word_embeddings" not in text and "tie_word_embeddings" in config:
             reader.config = {**text, "tie_word_embeddings": config["tie_word_embeddings"]}
-        _llama4_text(reader)
+        (_llama4_text if model_type == "llama4" else _gemma)(reader)
         if config.get("vision_config") is not None:
             reader.notes.append("the vision encoder and its projector")
     elif isinstance(model_type, str) and model_type in _READERS:

@@ -15,7 +15,7 @@ import pytest
 import catalog
 from catalog.hf_config import SUPPORTED_MODEL_TYPES, from_hf_config
 from conftest import assert_problem, unique_name
-from solver.cost.flops import active_parameter_count, total_parameter_count
+from solver.cost.flops import active_parameter_count, embedding_parameter_count, total_parameter_count
 from solver.spec.errors import SpecError
 
 CONFIGS = Path(__file__).parent / "data" / "hf_configs"
@@ -209,3 +209,24 @@ def test_the_cli_reports_a_config_it_cannot_read_as_a_problem():
     assert json.loads(err)["errors"][0]["field"] == "body.config.model_type"
     code, _, err = run(["hf-config", "-", "--name", "q"], stdin="{not json")
     assert code == 2 and json.loads(err)["errors"][0]["field"] == "config"
+
+
+def test_gemma_and_gpt_oss_keep_their_head_width_and_counts():
+    """Gemma 2 9B (google/gemma-2-9b: 16 heads of 256 on hidden 3584, GeGLU, tied) counts 9.24B
+    parameters as its model card; gpt-oss-120b (openai/gpt-oss-120b: 64 heads of 64 on hidden 2880,
+    128 experts, top 4) 116.8B total and 5.13B active once the input embedding, a lookup, is left
+    out as its model card counts active parameters. Their alternating sliding windows are named, not
+    costed."""
+    gemma = from_hf_config(_config("gemma2-9b"), name="gemma2-9b")
+    model = catalog.model_spec_from_dict(gemma.fields)
+    assert (model.head_dim, model.q_width, model.tied_embeddings, model.mlp_activation.value) == (256, 4096, True, "swiglu")
+    assert total_parameter_count(model) / 1e9 == pytest.approx(9.24, abs=0.01)
+    assert any("alternating layers" in n for n in gemma.not_modelled)
+    oss = from_hf_config(_config("gpt-oss-120b"), name="gpt-oss-120b")
+    model = catalog.model_spec_from_dict(oss.fields)
+    assert (model.head_dim, model.num_experts, model.experts_per_token) == (64, 128, 4)
+    assert total_parameter_count(model) / 1e9 == pytest.approx(116.8, abs=0.1)
+    assert (active_parameter_count(model) - embedding_parameter_count(model)) / 1e9 == pytest.approx(5.13, abs=0.01)
+    assert sum("sliding-window" in n for n in oss.not_modelled) == 1
+    wrapped = from_hf_config({"model_type": "gemma3", "text_config": {**_config("gemma2-9b"), "model_type": "gemma3_text"}}, name="g3")
+    assert wrapped.fields == {**gemma.fields, "name": "g3"}
