@@ -71,6 +71,8 @@ MODEL_FIELDS = (
     "moe_layer_interval", "router", "kv_lora_rank", "q_lora_rank", "qk_head_dim", "qk_rope_head_dim", "v_head_dim",
     # Multi-token prediction modules (absent: none); heads not hidden / heads wide (absent: that width).
     "mtp_num_layers", "head_dim",
+    # Sliding-window attention (absent: full attention in every layer).
+    "sliding_window", "sliding_window_fraction",
 )
 MODEL_REQUIRED = ("name", "num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length")
 

@@ -29,10 +29,15 @@ What each model type reads (Transformers' field names; "x | y" is a default):
   every interleave_moe_layer_step-th layer sparse (its moe_layers list must follow that pattern).
 - nemotron: as llama with hidden_act relu2, an ungated squared-ReLU MLP.
 - gemma, gemma2, gemma3_text (and gemma3's text_config): as llama with a gated GELU MLP
-  (hidden_activation), tied embeddings by default and head_dim (256); the alternating local
-  windows and logit soft-capping are named, not costed.
+  (hidden_activation), tied embeddings by default and head_dim (256); the local window
+  (sliding_window) in the share of layers layer_types or sliding_window_pattern gives (Gemma 2:
+  every other layer); logit soft-capping is named, not costed.
 - gpt_oss: as mixtral (num_local_experts of intermediate_size, top num_experts_per_tok) with
-  head_dim 64; its biases, attention sinks and alternating windows are named, not costed.
+  head_dim 64 and its window on every other layer (layer_types); its biases and attention sinks
+  are named, not costed.
+- Every Llama-style type: sliding_window without use_sliding_window (Mistral 7B v0.1) is a window
+  in every layer; Qwen2's use_sliding_window (windows from max_window_layers on) is named, not
+  costed.
 - gpt_neox: num_hidden_layers, hidden_size, num_attention_heads, intermediate_size, vocab_size,
   max_position_embeddings, tie_word_embeddings | false, GELU, rotary.
 - gptj: n_layer, n_embd, n_head, n_inner | 4 x n_embd, vocab_size, n_positions,
@@ -153,9 +158,31 @@ def _decoder(r: _Reader, *, gated: bool = True, tied_default: bool = False, act_
             r.notes.append(f"a gated MLP with {act} costs as SwiGLU (the same three GEMMs)")
     if r.raw("attention_bias", False) is True:
         r.notes.append("the attention projections' biases")
-    if r.raw("use_sliding_window", False) is True or (r.raw("sliding_window", None) is not None and "use_sliding_window" not in r.config):
-        where = "on alternating layers " if alternating_window else ""
-        r.notes.append(f"sliding-window attention {where}(costed as full causal attention)")
+    if r.raw("use_sliding_window", False) is True:  # Qwen2's windows start at max_window_layers
+        r.notes.append("sliding-window attention from max_window_layers on (costed as full causal attention)")
+    elif r.raw("sliding_window", None) is not None and "use_sliding_window" not in r.config:
+        r.set("sliding_window", "sliding_window", r.integer("sliding_window"))
+        if alternating_window:
+            r.set("sliding_window_fraction", "sliding_window", _window_fraction(r))
+
+
+def _window_fraction(r: _Reader) -> float:
+    """Share of the layers with the local window: the config's layer_types where it lists them
+    (gpt-oss, Gemma 3: 'sliding_attention' / 'full_attention'), else Gemma 3's
+    sliding_window_pattern p (p - 1 local layers to one global), else every other layer (Gemma 2)."""
+    types = r.raw("layer_types", None)
+    if types is not None:
+        if not isinstance(types, list) or not types or not all(t in ("sliding_attention", "full_attention") for t in types):
+            raise SpecError(r.where("layer_types"), "must list 'sliding_attention' or 'full_attention' per layer")
+        local = sum(t == "sliding_attention" for t in types)
+        if not local:
+            raise SpecError(r.where("layer_types"), "names no sliding_attention layer beside a sliding_window")
+        return local / len(types)
+    pattern = r.raw("sliding_window_pattern", None)
+    if pattern is not None:
+        p = r.integer("sliding_window_pattern", minimum=2)
+        return (p - 1) / p
+    return 0.5
 
 
 def _head_dim(r: _Reader) -> None:

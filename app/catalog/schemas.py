@@ -132,6 +132,12 @@ class ModelSpecIn(BaseModel):
     head_dim: Annotated[int, Field(strict=True, ge=1, le=4096)] | None = Field(
         None, description="width of each attention head; default: hidden_size / num_attention_heads (Qwen3-30B-A3B: 128 on hidden 2048 with 32 heads)"
     )
+    sliding_window: Annotated[int, Field(strict=True, ge=0, le=2**24)] | None = Field(
+        None, description="tokens each query attends back over in the layers with a local window; 0 or absent: full attention"
+    )
+    sliding_window_fraction: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        None, description="share of the layers with the window (gpt-oss and Gemma 2: 0.5; Gemma 3: 5/6); absent: every layer"
+    )
 
 
 class HfConfigIn(BaseModel):
@@ -350,6 +356,8 @@ class StoredModelSpec(BaseModel):
     v_head_dim: int | None | MISSING = MISSING
     mtp_num_layers: int | None | MISSING = MISSING
     head_dim: int | None | MISSING = MISSING
+    sliding_window: int | None | MISSING = MISSING
+    sliding_window_fraction: float | None | MISSING = MISSING
     source: str | MISSING = Field(MISSING, description="where the shape comes from")
 
 

@@ -190,7 +190,9 @@ def _attention_core_s(
     q = s // cp_size  # this rank's queries, and the keys of each ring step
     block_s = gemm_time_s(gpu, precision16, q, q, qk, heads_local) + gemm_time_s(gpu, precision16, q, v, q, heads_local)
     if training.flash_attention:
-        causal = 0.5 if model.architecture is Architecture.DECODER else 1.0
+        # Half the blocks for a causal mask, fewer in layers with a sliding window (block-sparse
+        # skipping: FlashAttention-2's window_size, Transformer Engine's window_size).
+        causal = model.causal_score_fraction(s)
         # One exponential per score each pass (forward P = exp(S - m), backward recomputes P),
         # on the SFUs, between the tile's two GEMMs (see flash_exponential_s).
         exp_s = flash_exponential_s(gpu, causal * cp_size * heads_local * q * q)

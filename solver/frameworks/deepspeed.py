@@ -40,6 +40,7 @@ from solver.frameworks.export import (
     recompute_form,
     render_shell,
     resplit,
+    window_notes,
     without_activation_offload,
     without_bf16_moments,
     without_fp8_act_input,
@@ -403,7 +404,8 @@ def export(plan: PlanToExport) -> Export:
         LaunchFile("ds_config.json", "application/json", config),
         LaunchFile("launch.sh", "text/x-shellscript", script),
     )
-    notes: tuple[str, ...] = (f"vocabulary of {plan.model.vocab_size} tokens: pass your tokenizer",)
+    notes: tuple[str, ...] = (f"vocabulary of {plan.model.vocab_size} tokens: pass your tokenizer",
+                              *window_notes(plan.model, "Megatron-DeepSpeed", writes_window=False))
     if parallel.nvme_offload is not NvmeOffload.NONE:
         notes += (
             f"nvme_path in ds_config.json is a placeholder ({NVME_PATH_PLACEHOLDER}): set it to a directory on each node's"

@@ -255,6 +255,30 @@ def without_fp8_act_input(model: ModelSpec, training: TrainingSpec, framework: s
     )
 
 
+def window_skip_freq(model: ModelSpec) -> int | None:
+    """Megatron-core's window_attn_skip_freq for the model's share of windowed layers: N, one
+    full-attention layer after N - 1 windowed ones (Megatron-LM's --window-attn-skip-freq), where
+    the share is (N - 1) / N; None where every layer has the window or the share is no such ratio."""
+    fraction = model.sliding_window_fraction
+    if fraction >= 1:
+        return None
+    n = round(1 / (1 - fraction))
+    return n if n >= 2 and abs((n - 1) / n - fraction) < 1e-9 else None
+
+
+def window_notes(model: ModelSpec, framework: str, writes_window: bool) -> tuple[str, ...]:
+    """What a launch config cannot say about the model's sliding window, as notes."""
+    if not model.sliding_window:
+        return ()
+    if not writes_window:
+        return (f"{framework} runs no sliding-window attention here: the run attends in full, slower than the plan,"
+                f" which costs a {model.sliding_window}-token window in {model.sliding_window_fraction:.0%} of the layers",)
+    if model.sliding_window_fraction < 1 and window_skip_freq(model) is None:
+        return (f"the window covers {model.sliding_window_fraction:.0%} of the layers, which no skip frequency states:"
+                " the files put it in every layer; set the per-layer pattern (window_attn_skip_freq as a list)",)
+    return ()
+
+
 def launch_environment(training: TrainingSpec) -> list[str]:
     """Shell lines a launch script sets for the job's own run settings: CUDA_LAUNCH_BLOCKING=1
     where the plan was costed with blocking launches (``training.launch_blocking``)."""

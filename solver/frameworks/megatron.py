@@ -55,6 +55,8 @@ from solver.frameworks.export import (
     launch_environment,
     recompute_form,
     render_shell,
+    window_notes,
+    window_skip_freq,
     without_bf16_moments,
     without_fp8_act_input,
     without_nvme,
@@ -274,6 +276,10 @@ def model_arguments(plan: PlanToExport) -> list[Argument]:
         args += [("--group-query-attention", None), ("--num-query-groups", str(model.num_kv_heads))]
     if model.head_dim is not None:  # heads not hidden / heads wide (megatron-core's kv_channels)
         args.append(("--kv-channels", str(model.head_dim)))
+    if model.sliding_window:  # megatron-core's window_size (left, right) and window_attn_skip_freq
+        args.append(("--window-size", f"{model.sliding_window},0"))
+        if (skip := window_skip_freq(model)) is not None:
+            args.append(("--window-attn-skip-freq", str(skip)))
     args += [("--seq-length", str(plan.training.seq_length)),
              ("--max-position-embeddings", str(max(model.seq_length, plan.training.seq_length)))]
     rope = model.position_embedding is PositionEmbedding.NONE
@@ -355,6 +361,7 @@ def export(plan: PlanToExport) -> Export:
     text = render_shell(program, torchrun(plan), arguments(plan, parallel, nearest.training), header, environment)
     notes = (
         f"vocabulary of {plan.model.vocab_size} tokens: pass your tokenizer (Megatron pads it to a multiple of 128 x tp)",
+        *window_notes(plan.model, "Megatron-LM", writes_window=True),
     )
     return Export(
         ExportFormat.MEGATRON, not differences, parallel, nearest.training, differences,

@@ -31,6 +31,8 @@ from solver.frameworks.export import (
     differs,
     recompute_form,
     resplit,
+    window_notes,
+    window_skip_freq,
     without_bf16_moments,
     without_fp8_act_input,
     without_launch_blocking,
@@ -45,7 +47,7 @@ from solver.spec.parallel import ParallelConfig
 from solver.spec.rules import Rule, Violation
 from solver.spec.training import DEFAULT_RECOMPUTE_MODULES, Precision, ZeroStage
 
-YamlValue = int | str | bool | list[str] | None
+YamlValue = int | str | bool | list[str] | list[int] | None
 
 
 def violations(parallel: ParallelConfig) -> list[Violation]:
@@ -150,6 +152,9 @@ def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[st
         "num_attention_heads": model.num_attention_heads,
         "num_query_groups": model.num_kv_heads if model.num_kv_heads < model.num_attention_heads else None,
         "kv_channels": model.head_dim,  # None: hidden_size / num_attention_heads, NeMo's default
+        # megatron-core's window_size (left, right) and window_attn_skip_freq, TransformerConfig fields
+        "window_size": [model.sliding_window, 0] if model.sliding_window else None,
+        "window_attn_skip_freq": window_skip_freq(model) if model.sliding_window else None,
         "position_embedding_type": "rope" if model.position_embedding is PositionEmbedding.NONE else "learned_absolute",
         "share_embeddings_and_output_weights": model.tied_embeddings,
     }
@@ -250,7 +255,8 @@ def export(plan: PlanToExport) -> Export:
         "Merge over megatron_gpt_config.yaml (e.g. --config-name with this file as an override, or key=value on the command line).",
     ]
     text = render_yaml(overrides(plan, parallel), optimizer_overrides(plan, parallel), header)
-    notes = (f"set model.tokenizer and model.data (vocabulary of {plan.model.vocab_size} tokens)",)
+    notes = (f"set model.tokenizer and model.data (vocabulary of {plan.model.vocab_size} tokens)",
+             *window_notes(plan.model, "NeMo", writes_window=True))
     return Export(
         ExportFormat.NEMO, not differences, parallel, nearest.training, differences,
         (LaunchFile("nemo_overrides.yaml", "application/yaml", text),), notes,

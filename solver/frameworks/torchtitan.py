@@ -31,6 +31,7 @@ from solver.frameworks.export import (
     differs,
     full_recompute_counts,
     recompute_form,
+    window_notes,
     without_activation_offload,
     without_bf16_moments,
     without_fp8_act_input,
@@ -297,6 +298,7 @@ def export(plan: PlanToExport) -> Export:
     if plan.model.head_dim is not None:
         notes.append(f"heads of {plan.model.head_dim} are not dim / n_heads wide: the flavor needs a model that"
                      " takes a head_dim (torchtitan's qwen3 does; llama3 does not)")
+    notes.extend(window_notes(plan.model, "torchtitan's Llama", writes_window=False))
     notes.append(f"register a flavor named {plan.model.name!r} with the model's shape, or rename [model] flavor")
     return Export(
         ExportFormat.TORCHTITAN, not differences, parallel, training, differences,

@@ -104,6 +104,12 @@ class ModelSpec:
     # quotient. Q and the attention output are num_attention_heads x head_dim wide, K and V
     # num_kv_heads x head_dim; the residual stream stays hidden_size.
     head_dim: int | None = None
+    # Sliding-window (local) attention: each query attends to the ``sliding_window`` tokens before
+    # it (0: full attention) in a share ``sliding_window_fraction`` of the layers, the rest attending
+    # in full (Mistral 7B v0.1: 4096 in every layer; Gemma 2 and gpt-oss: every other layer, 1/2;
+    # Gemma 3: five local layers to one global, 5/6).
+    sliding_window: int = 0
+    sliding_window_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         for field in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length"):
@@ -143,6 +149,7 @@ class ModelSpec:
         object.__setattr__(self, "position_embedding", PositionEmbedding(self.position_embedding))
         self._check_experts()
         self._check_latent_attention()
+        self._check_sliding_window()
         if self.head_dim is not None and self.is_mla:
             raise SpecError("model.head_dim", "latent attention sizes its heads with qk_head_dim, qk_rope_head_dim and v_head_dim")
         value = self.mtp_num_layers
@@ -227,6 +234,29 @@ class ModelSpec:
         if not self.is_moe:
             return 0
         return max(0, self.num_layers - self.first_dense_layers) // self.moe_layer_interval
+
+    def _check_sliding_window(self) -> None:
+        window, fraction = self.sliding_window, self.sliding_window_fraction
+        if not isinstance(window, int) or isinstance(window, bool) or window < 0:
+            raise SpecError("model.sliding_window", f"must be a non-negative integer (tokens; 0: full attention), got {window!r}")
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+            raise SpecError("model.sliding_window_fraction", f"must be a share of the layers in (0, 1], got {fraction!r}")
+        if window and self.architecture is not Architecture.DECODER:
+            raise SpecError("model.sliding_window", "a sliding window needs a causal decoder")
+
+    def causal_score_fraction(self, seq_length: int) -> float:
+        """Share of the s x s attention scores a causal fused kernel computes, averaged over the
+        layers: half for full causal attention (FlashAttention skips the blocks above the
+        diagonal); with a window of w < s tokens, sum over queries of min(i, w) / s^2 =
+        w/s - w(w - 1)/(2 s^2) for the layers that use it. 1 for an encoder."""
+        if self.architecture is not Architecture.DECODER:
+            return 1.0
+        full = 0.5
+        w, s = self.sliding_window, seq_length
+        if not w or w >= s:
+            return full
+        local = w / s - w * (w - 1) / (2 * s * s)
+        return self.sliding_window_fraction * local + (1 - self.sliding_window_fraction) * full
 
     @property
     def head_width(self) -> int:
