@@ -306,9 +306,13 @@ def moe_layer_pattern(model: ModelSpec) -> list[int]:
 
 def moe_arguments(model: ModelSpec) -> list[Argument]:
     """Mixture of experts and multi-head latent attention as Megatron-LM names them (none for a
-    dense model with standard attention). Tokens go through the all-to-all dispatcher the cost
-    model costs, dropless (no capacity factor: the cost model's load factor is the imbalance of
-    a dropless router, not a cap), experts as one grouped GEMM."""
+    dense model with standard attention). Tokens go through the all-to-all dispatcher, dropless
+    (no capacity factor: the cost model's load factor is the imbalance of a dropless router, not a
+    cap), experts as one grouped GEMM. The cost model costs the all-to-alls with the GPU running
+    ahead of the host, as NVIDIA's flex dispatcher (HybridEP / DeepEP) runs them; this dispatcher
+    also synchronises the host once per MoE layer, which NVIDIA's own tables show costing 17% to
+    5x (docs/wip/README.md): where the hardware has it, --moe-token-dispatcher-type flex with
+    --moe-flex-dispatcher-backend runs closer to the plan."""
     args: list[Argument] = []
     if model.is_moe:
         args += [
