@@ -62,7 +62,7 @@ def test_a_tie_lists_the_expert_tp_size_only_where_it_does_not_follow_tp():
 def test_the_faster_plan_is_credited_with_its_largest_saving_even_where_it_spends_more_elsewhere():
     first = held(12.0, {"compute_s": 9.0, "recompute_s": 2.0, "tp_comm_s": 1.0})
     second = held(13.0, {"compute_s": 9.0, "recompute_s": 0.5, "tp_comm_s": 3.5})
-    assert _why(first, second).endswith("; 1 s per step faster than the next plan, mainly on tensor-parallel communication (1.000 s vs 3.500 s per step)")
+    assert _why(first, second).endswith("; 1 s per step faster than the next plan, mainly on in-layer communication (TP, CP, EP) (1.000 s vs 3.500 s per step)")
 
 
 def test_the_last_plan_and_plans_on_other_gpu_counts_keep_their_lines():
@@ -133,3 +133,12 @@ def test_layout_text_names_expert_parallelism_apart_from_the_factors_of_the_gpu_
     assert moe.layout_text() == "tp 2, pp 4, dp 8, ep 8, expert tp 1"
     assert ParallelConfig(dp_size=4, tp_size=2, pp_size=4, cp_size=2).layout_text(" x ") == "tp 2 x cp 2 x pp 4 x dp 4"
     assert ParallelConfig(dp_size=4, tp_size=2, expert_tp_size=2).layout_text() == "tp 2, pp 1, dp 4"  # experts follow tp
+
+
+def test_an_expert_parallel_plan_is_not_credited_with_tensor_parallel_communication():
+    """At tp 1 the in-layer collectives a plan saves on are its MoE all-to-alls (and any CP ring):
+    the line names them all, never tensor parallelism alone."""
+    first = held(10.0, {"compute_s": 8.0, "tp_comm_s": 0.3})
+    second = held(10.5, {"compute_s": 8.0, "tp_comm_s": 0.8})
+    line = _why(first, second)
+    assert "in-layer communication (TP, CP, EP)" in line and "tensor-parallel" not in line

@@ -711,7 +711,9 @@ def search(request: SearchRequest) -> SearchResult:
 TIE_FRACTION = 1e-3
 
 _PART_NAMES = {
-    "compute_s": "compute", "recompute_s": "recomputation", "tp_comm_s": "tensor-parallel communication",
+    # The step breakdown's tp_comm_s holds every collective inside a layer: tensor and sequence
+    # parallel, the context-parallel ring exchange and the MoE all-to-alls (evaluate.StepBreakdown).
+    "compute_s": "compute", "recompute_s": "recomputation", "tp_comm_s": "in-layer communication (TP, CP, EP)",
     "grad_accumulation_s": "gradient accumulation",
     "pp_comm_s": "pipeline communication", "dp_comm_exposed_s": "exposed data-parallel communication",
     "bubble_s": "pipeline bubble", "optimizer_s": "optimizer step",
