@@ -16,6 +16,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from solver.cost.flops import layer_weight_count
 from solver.cost.offload import (
     NVME_OPTIMIZER_SWAP_BUFFERS,
     NVME_PARAM_BUFFER_ELEMENTS,
@@ -47,7 +48,7 @@ from solver.frameworks.export import (
 )
 from solver.spec.dimensions import NvmeOffload, Offload
 from solver.spec.legality import offload_zero_stage, uniform_partition
-from solver.spec.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding
+from solver.spec.model import Architecture, MlpActivation, PositionEmbedding
 from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.rules import Rule, Violation
 from solver.spec.training import DEFAULT_RECOMPUTE_MODULES, Precision, TrainingSpec, ZeroStage
@@ -276,7 +277,7 @@ def ds_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSp
     """``ds_config.json``: batch, precision and ZeRO settings. Bucket sizes follow the cost
     model's assumptions: gradients reduced about one layer at a time, and under ZeRO-3 the
     layer in use and the next one prefetched gathered at once (``ZERO3_GATHERED_LAYERS``)."""
-    layer_elements = layer_weight_count(plan.model) // parallel.tp_size
+    layer_elements = layer_weight_count(plan.model) // parallel.tp_size  # the cost model's dense layer (biases and norms are a few h)
     stage = zero_stage_written(parallel)
     zero: dict[str, Any] = {
         "stage": stage,
@@ -318,13 +319,6 @@ def ds_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSp
             "partition_activations": to_host, "contiguous_memory_optimization": False, "cpu_checkpointing": to_host,
         }
     return config
-
-
-def layer_weight_count(model: ModelSpec) -> int:
-    """GEMM weights of one transformer layer: Q and output h x h, K and V h x kv, and the MLP's
-    h x ffn matrices (the cost model's ``layer_weight_count``; biases and norms are a few h)."""
-    h = model.hidden_size
-    return 2 * h * model.q_width + 2 * h * model.kv_hidden_size + model.mlp_gemm_count * h * model.ffn_hidden_size
 
 
 def launcher_arguments(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSpec) -> list[Argument]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from solver.spec.errors import SpecError
+from solver.spec.errors import SpecError, check_positive_int
 
 
 class MlpActivation(str, Enum):
@@ -113,20 +113,15 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         for field in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise SpecError(f"model.{field}", f"must be a positive integer, got {value!r}")
+            check_positive_int(f"model.{field}", getattr(self, field))
         if self.num_kv_heads is None:
             object.__setattr__(self, "num_kv_heads", self.num_attention_heads)
         if self.ffn_hidden_size is None:
             object.__setattr__(self, "ffn_hidden_size", 4 * self.hidden_size)
         for field in ("num_kv_heads", "ffn_hidden_size"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise SpecError(f"model.{field}", f"must be a positive integer, got {value!r}")
+            check_positive_int(f"model.{field}", getattr(self, field))
         if self.head_dim is not None:
-            if not isinstance(self.head_dim, int) or isinstance(self.head_dim, bool) or self.head_dim < 1:
-                raise SpecError("model.head_dim", f"must be a positive integer, got {self.head_dim!r}")
+            check_positive_int("model.head_dim", self.head_dim)
             if self.head_dim * self.num_attention_heads == self.hidden_size:
                 object.__setattr__(self, "head_dim", None)  # the default, held as None so equal models compare equal
         if self.head_dim is None and self.hidden_size % self.num_attention_heads:
