@@ -209,12 +209,18 @@ def _qwen3(r: _Reader) -> None:
     r.notes.append("the per-head Q and K norms")
 
 
-def _mixtral(r: _Reader) -> None:
-    _decoder(r)
+def _local_experts(r: _Reader) -> None:
+    """Mixtral-style experts (MixtralConfig, GptOssConfig): num_local_experts of intermediate_size
+    each, top num_experts_per_tok, softmax router."""
     r.set("num_experts", "num_local_experts", r.integer("num_local_experts"))
     r.set("experts_per_token", "num_experts_per_tok", r.integer("num_experts_per_tok"))
     r.set("moe_ffn_hidden_size", "intermediate_size", r.fields["ffn_hidden_size"])
     r.fields["router"] = "softmax_topk"
+
+
+def _mixtral(r: _Reader) -> None:
+    _decoder(r)
+    _local_experts(r)
 
 
 def _sparse_step(r: _Reader) -> None:
@@ -319,10 +325,7 @@ def _gpt_oss(r: _Reader) -> None:
     """gpt-oss (GptOssConfig): Mixtral-style experts of intermediate_size with biases, top
     num_experts_per_tok, head_dim 64 on hidden 2880."""
     _decoder(r, alternating_window=True)
-    r.set("num_experts", "num_local_experts", r.integer("num_local_experts"))
-    r.set("experts_per_token", "num_experts_per_tok", r.integer("num_experts_per_tok"))
-    r.set("moe_ffn_hidden_size", "intermediate_size", r.fields["ffn_hidden_size"])
-    r.fields["router"] = "softmax_topk"
+    _local_experts(r)
     r.notes.append("the experts' biases and the attention sinks")
 
 

@@ -26,6 +26,7 @@ import uvicorn
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+import catalog
 from app.core.config import Settings
 from app.core.migrate import upgrade
 from app.main import create_app
@@ -168,6 +169,12 @@ def api(live_server: LiveServer) -> Iterator[httpx.Client]:
     """An HTTP client on the live server of the current backend."""
     with httpx.Client(base_url=live_server.base_url, timeout=120.0) as client:
         yield client
+
+
+def node_cluster(node: str, num_gpus: int):
+    """A cluster of ``num_gpus`` GPUs of a catalog node type (as a request naming the node type
+    and a GPU count gets it: whole nodes, or whole NVLink domains)."""
+    return catalog.cluster_spec_from_dict(catalog.node_cluster_entry(node, num_gpus))
 
 
 def unique_name(prefix: str) -> str:

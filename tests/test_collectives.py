@@ -8,15 +8,11 @@ import dataclasses
 import pytest
 
 import catalog
+from conftest import node_cluster
 from solver.cost.comm import inter_node_link, overlapped_exposed_s
 from solver.cost.evaluate import evaluate
 from solver.spec.parallel import ParallelConfig
 from solver.spec.training import Precision, Recompute, TrainingSpec, Zero3Collectives, ZeroStage
-
-
-def node_cluster(node: str, num_gpus: int):
-    """A cluster of ``num_gpus`` GPUs of a catalog node type."""
-    return catalog.cluster_spec_from_dict(catalog.node_cluster_entry(node, num_gpus))
 
 
 def test_overlapped_compute_pays_its_slowdown():

@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-import catalog
+from conftest import node_cluster
 from solver.cost.comm import (
     all_reduce_s,
     all_to_all_s,
@@ -24,10 +24,6 @@ from solver.cost.comm import (
 
 GB = 1e9
 
-
-def node_cluster(node: str, num_gpus: int):
-    """A cluster of ``num_gpus`` GPUs of a catalog node type."""
-    return catalog.cluster_spec_from_dict(catalog.node_cluster_entry(node, num_gpus))
 
 
 def test_a_ring_over_whole_nodes_uses_every_nic_of_each_node():

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 import catalog
-from conftest import assert_problem, error_fields
+from conftest import assert_problem, error_fields, node_cluster
 from solver.cost.analytic import _attention_core_s, analytic_profile, cp_comm_exposed_s, ring_exchange_bytes
 from solver.cost.comm import (
     cp_link,
@@ -33,9 +33,6 @@ from solver.spec.training import Framework, Recompute, TrainingSpec, ZeroStage
 
 LLAMA3_8B = catalog.get_model("llama3-8b")  # 32 heads, 8 KV heads of 128: kv_hidden 1024
 
-
-def node_cluster(node: str, num_gpus: int):
-    return catalog.cluster_spec_from_dict(catalog.node_cluster_entry(node, num_gpus))
 
 
 H100_16 = node_cluster("dgx-h100", 16)

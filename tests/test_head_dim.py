@@ -15,7 +15,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 from test_export_frameworks import _file, script_arguments
 
 import catalog
-from conftest import assert_problem
+from conftest import assert_problem, node_cluster
 from solver.cost.analytic import _block_matmuls, analytic_layers, ring_exchange_bytes
 from solver.cost.flops import attention_score_flops, attention_weight_count
 from solver.cost.profile import ProfileShape
@@ -34,9 +34,6 @@ QWEN3_30B_A3B = ModelSpec(
 )
 TRAINING = TrainingSpec(global_batch_size=512, seq_length=4096)
 
-
-def node_cluster(node: str, num_gpus: int):
-    return catalog.cluster_spec_from_dict(catalog.node_cluster_entry(node, num_gpus))
 
 
 def test_the_widths_follow_the_heads_not_the_residual_stream():

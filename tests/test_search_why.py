@@ -9,14 +9,11 @@ from types import SimpleNamespace
 import pytest
 
 import catalog
+from conftest import node_cluster
 from solver.search.loop import TIE_FRACTION, _Held, _why, search
 from solver.search.request import SearchRequest
 from solver.spec.parallel import ParallelConfig
 from solver.spec.training import Recompute, TrainingSpec, ZeroStage
-
-
-def node_cluster(node: str, num_gpus: int):
-    return catalog.cluster_spec_from_dict(catalog.node_cluster_entry(node, num_gpus))
 
 
 def held(

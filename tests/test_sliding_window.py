@@ -18,7 +18,7 @@ from test_export_frameworks import _file, script_arguments
 
 import catalog
 from catalog.hf_config import from_hf_config
-from conftest import assert_problem
+from conftest import assert_problem, node_cluster
 from solver.cost.analytic import FUSED, _attention_core_s, analytic_layers
 from solver.cost.profile import ProfileShape
 from solver.frameworks import ExportFormat, PlanToExport, export_plan
@@ -30,9 +30,6 @@ CONFIGS = Path(__file__).parent / "data" / "hf_configs"
 OSS = catalog.model_spec_from_dict(from_hf_config(json.loads((CONFIGS / "gpt-oss-120b.json").read_text()), name="gpt-oss-120b").fields)
 TRAINING = TrainingSpec(global_batch_size=1280, seq_length=4096)
 
-
-def node_cluster(node: str, num_gpus: int):
-    return catalog.cluster_spec_from_dict(catalog.node_cluster_entry(node, num_gpus))
 
 
 def test_the_computed_share_of_scores_follows_the_window_and_its_layers():
