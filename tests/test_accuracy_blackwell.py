@@ -113,11 +113,12 @@ def test_the_70b_fsdp_runs_offload_their_recipes_layers_and_the_gb300_run_fits(b
         run_id = f"mbridge2602-dgx-{system}-llama3-70b-64gpu-fp8-cs"
         assert inputs["records"][run_id]["activation_offload_layers"] == layers
         assert by_id[run_id].predicted is not None
-    # GB300: 339.8 GiB without offload, about 264 GiB with it, of 288: feasible, as it ran.
-    assert "INFEASIBLE" not in by_id["mbridge2602-dgx-gb300-llama3-70b-64gpu-fp8-cs"].filled
-    # GB200: 40 layers take it from 339.8 to about 187.6 GiB of 186: still 0.9% over, the memory
-    # model's margin (issue 13 part 5), not the offload's.
-    assert "INFEASIBLE" in by_id["mbridge2602-dgx-gb200-llama3-70b-64gpu-fp8-cs"].filled
+    # GB300: about 255 GiB with 20 layers offloaded, of 288; GB200: about 179 GiB with 40, of 186.
+    # Both feasible, as they ran. The GB200 run needs Transformer Engine's in-place cross entropy
+    # (the Megatron-Bridge perf scripts' cross_entropy_fusion_impl 'te', loss_kernel in_place:
+    # 2 bytes per logit): at Megatron-core's native 2 + 4 it read 187.6 GiB, 0.9% over.
+    for system in ("gb300", "gb200"):
+        assert "INFEASIBLE" not in by_id[f"mbridge2602-dgx-{system}-llama3-70b-64gpu-fp8-cs"].filled
 
 
 def test_the_h100_rows_of_the_same_summary_hold_within_10_percent():

@@ -56,7 +56,7 @@ from solver.frameworks.deepspeed import pipeline_split
 from solver.frameworks.export import full_recompute_counts
 from solver.spec.model import MlpActivation, ModelSpec, PositionEmbedding
 from solver.spec.parallel import ParallelConfig, micro_batch_count
-from solver.spec.training import Precision, Recompute, RecomputeModule, TrainingSpec, ZeroStage
+from solver.spec.training import LossKernel, Precision, Recompute, RecomputeModule, TrainingSpec, ZeroStage
 
 GPT = ModelSpec("gpt-24l", num_layers=24, hidden_size=2048, num_attention_heads=16, vocab_size=50257, seq_length=2048)
 LLAMA = ModelSpec(
@@ -617,3 +617,20 @@ def test_megatron_deepspeed_recomputes_the_attention_core_only():
     difference = next(d for d in export.differences if d.field == "training.recompute_modules")
     assert (difference.planned, difference.exported) == ("[core_attn, mlp]", "[core_attn]")
     assert export.training.recompute_modules == (RecomputeModule.CORE_ATTN,)
+
+
+def test_transformer_engines_in_place_loss_is_exported_where_megatron_core_has_it():
+    """A plan costed with Transformer Engine's cross entropy (loss_kernel in_place) asks for it:
+    Megatron-LM's --cross-entropy-loss-fusion --cross-entropy-fusion-impl te, read here into
+    megatron-core's own config, and NeMo's model fields of the same names; a plan costed with
+    Megatron-core's native loss asks for neither."""
+    plan = SHAPES["interleaved"]
+    in_place = dataclasses.replace(plan, training=dataclasses.replace(plan.training, loss_kernel=LossKernel.IN_PLACE))
+    config, *_ = megatron_configs(export_plan(in_place, ExportFormat.MEGATRON), in_place)
+    assert (config.cross_entropy_loss_fusion, config.cross_entropy_fusion_impl) == (True, "te")
+    config, *_ = megatron_configs(export_plan(plan, ExportFormat.MEGATRON), plan)
+    assert (config.cross_entropy_loss_fusion, config.cross_entropy_fusion_impl) == (False, "native")
+    model = yaml.safe_load(_file(export_plan(in_place, ExportFormat.NEMO), "nemo_overrides.yaml").text)["model"]
+    assert (model["cross_entropy_loss_fusion"], model["cross_entropy_fusion_impl"]) == (True, "te")
+    model = yaml.safe_load(_file(export_plan(plan, ExportFormat.NEMO), "nemo_overrides.yaml").text)["model"]
+    assert "cross_entropy_fusion_impl" not in model

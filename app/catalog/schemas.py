@@ -455,8 +455,11 @@ class StackFacts(BaseModel):
         description="dtype of the gradients held and reduced over data parallelism (fp32_for_bf16: fp32 when parameters are bf16)"
     )
     loss_dtype: Literal["fp32", "half"] = Field(description="dtype the cross entropy computes in (its memory at the loss)")
-    loss_kernel: Literal["fused", "compiled", "eager"] = Field(
-        description="how the cross entropy runs: a fused kernel, compiled with the model when fused_kernels, or eager (its memory at the loss)"
+    loss_kernel: Literal["fused", "compiled", "eager", "in_place"] = Field(
+        description=(
+            "how the cross entropy runs: a fused kernel, compiled with the model when fused_kernels, eager, "
+            "or in_place (Transformer Engine's, its gradient written into the 16-bit logits); its memory at the loss"
+        )
     )
     low_precision_saved_inputs: bool = Field(description="FP8-family GEMMs keep their inputs for backward in the low-precision copy (Transformer Engine)")
     ep_comm_overlap: bool = Field(description="MoE dispatch and combine all-to-alls run beside another micro-batch's compute (combined 1F1B, DualPipe)")

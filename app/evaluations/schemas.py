@@ -78,8 +78,12 @@ class Training(BaseModel):
         description="dtype of the gradients held and reduced over data parallelism (fp32_for_bf16: fp32 when parameters are bf16); null: the stack's",
     )
     loss_dtype: Literal["fp32", "half"] | None = Field(None, description="dtype the cross entropy computes in; null: the stack's")
-    loss_kernel: Literal["fused", "compiled", "eager"] | None = Field(
-        None, description="how the cross entropy runs: a fused kernel, compiled with the model when fused_kernels, or eager; null: the stack's"
+    loss_kernel: Literal["fused", "compiled", "eager", "in_place"] | None = Field(
+        None,
+        description=(
+            "how the cross entropy runs: a fused kernel, compiled with the model when fused_kernels, eager, "
+            "or in_place (Transformer Engine's, its gradient written into the 16-bit logits); null: the stack's"
+        ),
     )
     low_precision_saved_inputs: Flag | None = Field(
         None, description="FP8-family GEMMs keep their inputs for backward in the low-precision copy (Transformer Engine); null: the stack's"

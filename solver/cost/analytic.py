@@ -680,7 +680,14 @@ def loss_peak_bytes_per_logit(
     the result's bytes. The peak is the larger of the two: fp32 16 (+ 2 if the loop keeps the
     logits) against the single kernels' 12, a 16-bit loss 16 (its forward) against 6, as
     tests/test_memory_mechanisms.py reads off PyTorch's allocator on CPU.
+
+    IN_PLACE (Transformer Engine's parallel_cross_entropy, ``LossKernel.IN_PLACE``): the 16-bit
+    logits, overwritten by their gradient in the forward and saved for backward, are all it holds
+    at any point (its per-row maximum, sum and target logit are three fp32 numbers a row): 2,
+    whatever the loss dtype (it computes in fp32 registers) or the loop keeps (the same tensor).
     """
+    if loss_kernel is LossKernel.IN_PLACE:
+        return BYTES_16BIT
     if loss_kernel is LossKernel.COMPILED and fused_kernels:
         return BYTES_16BIT + BYTES_16BIT
     kept_logits = BYTES_16BIT if keeps_logits else 0

@@ -65,7 +65,7 @@ from solver.spec.dimensions import Offload
 from solver.spec.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding, Router
 from solver.spec.parallel import ParallelConfig
 from solver.spec.rules import Rule, Violation
-from solver.spec.training import DEFAULT_RECOMPUTE_MODULES, MomentsDtype, OptimizerKind, Precision, TrainingSpec, ZeroStage
+from solver.spec.training import DEFAULT_RECOMPUTE_MODULES, LossKernel, MomentsDtype, OptimizerKind, Precision, TrainingSpec, ZeroStage
 
 
 def violations(parallel: ParallelConfig) -> list[Violation]:
@@ -240,6 +240,10 @@ def arguments(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSp
             args.append(("--overlap-param-gather", None))
     args += precision_arguments(training.precision)
     args.append(("--attention-backend", "flash" if training.flash_attention else "unfused"))
+    if training.loss_kernel is LossKernel.IN_PLACE:
+        # Transformer Engine's cross entropy (megatron/core/model_parallel_config.py
+        # cross_entropy_loss_fusion, cross_entropy_fusion_impl 'te'), the in-place loss costed.
+        args += [("--cross-entropy-loss-fusion", None), ("--cross-entropy-fusion-impl", "te")]
     if not training.fused_kernels:
         # Megatron-LM's bias_swiglu_fusion governs SwiGLU, bias_gelu_fusion every other activation.
         swiglu = model.mlp_activation is MlpActivation.SWIGLU

@@ -45,7 +45,7 @@ from solver.spec.legality import uniform_partition
 from solver.spec.model import MlpActivation, PositionEmbedding
 from solver.spec.parallel import ParallelConfig
 from solver.spec.rules import Rule, Violation
-from solver.spec.training import DEFAULT_RECOMPUTE_MODULES, Precision, ZeroStage
+from solver.spec.training import DEFAULT_RECOMPUTE_MODULES, LossKernel, Precision, ZeroStage
 
 YamlValue = int | str | bool | list[str] | list[int] | None
 
@@ -203,6 +203,9 @@ def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[st
         out.update({"transformer_engine": True, "fp8": True, "fp8_hybrid": True, "fp8_recipe": "mxfp8"})
     if training.precision is Precision.NVFP4:
         out.update({"transformer_engine": True, "fp4": "e2m1", "fp4_recipe": "nvfp4"})
+    if training.loss_kernel is LossKernel.IN_PLACE:
+        # TransformerConfig's fields for Transformer Engine's cross entropy (the loss costed).
+        out.update({"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"})
     out.update({
         "use_flash_attention": training.flash_attention,
         # megatron-core fuses a bias into gelu or swiglu only (TransformerConfig refuses it with

@@ -119,12 +119,20 @@ class LossKernel(str, Enum):
     ``build_cross_entropy_loss`` wraps the loss in ``torch.compile`` when ``training.compile``),
     else eager. EAGER: eager PyTorch whatever ``fused_kernels`` says (torchtitan before that
     commit: "TODO: compiling loss function causes CUDA errors, turning off for now", train.py at
-    9dec370; Hugging Face model code).
+    9dec370; Hugging Face model code). IN_PLACE: Transformer Engine's parallel_cross_entropy,
+    which Megatron-core runs for ``--cross-entropy-loss-fusion --cross-entropy-fusion-impl te``
+    (megatron/core/models/common/language_module/language_module.py) and Megatron-Bridge's
+    performance scripts set for every model: its forward writes the gradient into the 16-bit
+    logits in place and saves them (transformer_engine/pytorch/triton/cross_entropy.py,
+    ``cross_entropy_forward`` returns ``_input``, from 2.2's "Parallel Cross Entropy using online
+    softmax", #1456, to v2.17). Since #3193 (July 2026, v2.18) it writes an fp32 gradient beside
+    the logits instead, which is FUSED's 2 + 4.
     """
 
     FUSED = "fused"
     COMPILED = "compiled"
     EAGER = "eager"
+    IN_PLACE = "in_place"
 
 
 class SpSavedInput(str, Enum):
