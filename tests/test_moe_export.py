@@ -97,3 +97,18 @@ def test_deepspeed_export_names_the_expert_parallelism_it_does_not_write():
     export = export_plan(MIXTRAL_FSDP, ExportFormat.DEEPSPEED)
     assert "parallel.ep_size" in [d.field for d in export.differences]
     assert export.parallel.ep_size == 1 and not export.exact
+
+
+def test_megatron_core_exports_say_what_their_alltoall_dispatcher_means_for_the_plan():
+    """Megatron-LM and NeMo write the alltoall dispatcher (it needs no extra package); the plan
+    costs the all-to-alls as the flex dispatcher runs them, so both say so and name the backends
+    Megatron-Bridge's apply_flex_dispatcher_backend allows; a dense plan's exports say nothing of it."""
+    for fmt, framework in ((ExportFormat.MEGATRON, "Megatron-LM"), (ExportFormat.NEMO, "NeMo")):
+        export = export_plan(PUBLISHED, fmt)
+        (note,) = [n for n in export.notes if "dispatcher" in n]
+        assert note.startswith(f"{framework} runs the MoE all-to-alls here with Megatron-core's alltoall dispatcher")
+        assert "deepep (Hopper, B200, B300)" in note and "hybridep (also GB200 / GB300 NVL72)" in note
+        text = "\n".join(f.text for f in export.files)
+        assert "alltoall" in text
+        dense = dataclasses.replace(PUBLISHED, model=catalog.get_model("llama3-8b"), parallel=dataclasses.replace(PUBLISHED.parallel, ep_size=1))
+        assert not [n for n in export_plan(dense, fmt).notes if "dispatcher" in n]

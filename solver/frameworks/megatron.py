@@ -51,6 +51,7 @@ from solver.frameworks.export import (
     all_full,
     block_recompute_layers,
     differs,
+    dispatcher_notes,
     full_recompute_counts,
     launch_environment,
     recompute_form,
@@ -314,9 +315,10 @@ def moe_arguments(model: ModelSpec) -> list[Argument]:
     (no capacity factor: the cost model's load factor is the imbalance of a dropless router, not a
     cap), experts as one grouped GEMM. The cost model costs the all-to-alls with the GPU running
     ahead of the host, as NVIDIA's flex dispatcher (HybridEP / DeepEP) runs them; this dispatcher
-    also synchronises the host once per MoE layer, which NVIDIA's own tables show costing 17% to
+    also synchronises the host once per MoE layer, which NVIDIA's own tables show costing 13% to
     5x (docs/wip/README.md): where the hardware has it, --moe-token-dispatcher-type flex with
-    --moe-flex-dispatcher-backend runs closer to the plan."""
+    --moe-flex-dispatcher-backend runs closer to the plan, as the export's note says
+    (``export.dispatcher_notes``)."""
     args: list[Argument] = []
     if model.is_moe:
         args += [
@@ -370,6 +372,7 @@ def export(plan: PlanToExport) -> Export:
     notes = (
         f"vocabulary of {plan.model.vocab_size} tokens: pass your tokenizer (Megatron pads it to a multiple of 128 x tp)",
         *window_notes(plan.model, "Megatron-LM", writes_window=True),
+        *dispatcher_notes(plan.model, "Megatron-LM"),
     )
     return Export(
         ExportFormat.MEGATRON, not differences, parallel, nearest.training, differences,
