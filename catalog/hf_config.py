@@ -24,6 +24,13 @@ What each model type reads (Transformers' field names; "x | y" is a default):
   first_k_dense_replace dense layers, scoring_func 'sigmoid' (V3) or 'softmax'; multi-head latent
   attention from kv_lora_rank, q_lora_rank | 0, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
   num_nextn_predict_layers multi-token-prediction modules.
+- glm4_moe (GLM-4.5 / 4.6 / 4.7): as llama with head_dim, n_routed_experts of
+  moe_intermediate_size, top num_experts_per_tok, n_shared_experts, first_k_dense_replace dense
+  layers of intermediate_size, a sigmoid router, num_nextn_predict_layers multi-token-prediction
+  modules; its Q/K norms (use_qk_norm) are named, not costed.
+- olmo2: as llama; its Q/K norms and post-sublayer norms are named, not costed.
+- olmoe: as llama, num_experts of intermediate_size in every layer, top num_experts_per_tok,
+  softmax router; its Q/K norms are named, not costed.
 - llama4 (its text_config) and llama4_text: num_local_experts of intermediate_size, top
   num_experts_per_tok, one shared expert, sigmoid router, dense layers of intermediate_size_mlp,
   every interleave_moe_layer_step-th layer sparse (its moe_layers list must follow that pattern).
@@ -259,16 +266,27 @@ def _qwen3_moe(r: _Reader) -> None:
     r.notes.append("the per-head Q and K norms")
 
 
+def _routed_experts(r: _Reader, router: str) -> None:
+    """DeepSeek-style experts (DeepseekV3Config, Glm4MoeConfig): n_routed_experts of
+    moe_intermediate_size, top num_experts_per_tok, n_shared_experts of the same width, dense
+    layers before first_k_dense_replace; a config with a single routed expert stays dense."""
+    routed = r.integer("n_routed_experts", 0, minimum=0)
+    if routed <= 1:
+        return
+    r.set("num_experts", "n_routed_experts", routed)
+    r.set("experts_per_token", "num_experts_per_tok", r.integer("num_experts_per_tok"))
+    r.set("moe_ffn_hidden_size", "moe_intermediate_size", r.integer("moe_intermediate_size"))
+    r.set("num_shared_experts", "n_shared_experts", r.integer("n_shared_experts", 0, minimum=0))
+    r.set("first_dense_layers", "first_k_dense_replace", r.integer("first_k_dense_replace", 0, minimum=0))
+    r.fields["router"] = router
+    if r.integer("n_group", 1) > 1:
+        r.notes.append("group-limited routing (n_group, topk_group) costs as plain top-k")
+
+
 def _deepseek(r: _Reader) -> None:
     _decoder(r)
     r.set("num_kv_heads", "num_attention_heads", r.fields["num_attention_heads"])  # latent attention: one K/V per head
-    routed = r.integer("n_routed_experts", 0, minimum=0)
-    if routed > 1:
-        r.set("num_experts", "n_routed_experts", routed)
-        r.set("experts_per_token", "num_experts_per_tok", r.integer("num_experts_per_tok"))
-        r.set("moe_ffn_hidden_size", "moe_intermediate_size", r.integer("moe_intermediate_size"))
-        r.set("num_shared_experts", "n_shared_experts", r.integer("n_shared_experts", 0, minimum=0))
-        r.set("first_dense_layers", "first_k_dense_replace", r.integer("first_k_dense_replace", 0, minimum=0))
+    if r.integer("n_routed_experts", 0, minimum=0) > 1:
         if r.integer("moe_layer_freq", 1) != 1:
             # Transformers: layer i >= first_k_dense_replace is sparse when i % moe_layer_freq == 0,
             # counted from 0, not from the first sparse layer as the catalog's interval is.
@@ -276,9 +294,7 @@ def _deepseek(r: _Reader) -> None:
         scoring = r.text("scoring_func", "softmax")
         if scoring not in ("softmax", "sigmoid"):
             raise SpecError(r.where("scoring_func"), f"must be 'softmax' or 'sigmoid', got {_shown(scoring)}")
-        r.fields["router"] = f"{scoring}_topk"
-        if r.integer("n_group", 1) > 1:
-            r.notes.append("group-limited routing (n_group, topk_group) costs as plain top-k")
+        _routed_experts(r, f"{scoring}_topk")
     kv_rank = r.integer("kv_lora_rank", 0, minimum=0)
     if kv_rank:
         r.set("kv_lora_rank", "kv_lora_rank", kv_rank)
@@ -289,6 +305,38 @@ def _deepseek(r: _Reader) -> None:
     mtp = r.integer("num_nextn_predict_layers", 0, minimum=0)
     if mtp:
         r.set("mtp_num_layers", "num_nextn_predict_layers", mtp)
+
+
+def _glm4_moe(r: _Reader) -> None:
+    """GLM-4.5 / 4.6 / 4.7 (Glm4MoeConfig): grouped-query attention of head_dim-wide heads
+    (96 of 128 on hidden 5120), dense layers of intermediate_size before first_k_dense_replace, then
+    DeepSeek-style experts whose router is a sigmoid with a score-correction bias
+    (Glm4MoeTopkRouter), and num_nextn_predict_layers multi-token-prediction modules."""
+    _decoder(r)
+    _routed_experts(r, "sigmoid_topk")
+    mtp = r.integer("num_nextn_predict_layers", 0, minimum=0)
+    if mtp:
+        r.set("mtp_num_layers", "num_nextn_predict_layers", mtp)
+    if r.flag("use_qk_norm", False):
+        r.notes.append("the per-head Q and K norms")
+
+
+def _olmo2(r: _Reader) -> None:
+    """OLMo 2 (Olmo2Config): Llama's shapes, with the Q and K projections normalised and each
+    sublayer's output normalised (element-wise, not costed)."""
+    _decoder(r)
+    r.notes.append("the Q and K norms and the norms after each sublayer")
+
+
+def _olmoe(r: _Reader) -> None:
+    """OLMoE (OlmoeConfig): num_experts experts of intermediate_size in every layer, top
+    num_experts_per_tok, softmax router, no shared expert, the Q and K projections normalised."""
+    _decoder(r)
+    r.set("num_experts", "num_experts", r.integer("num_experts"))
+    r.set("experts_per_token", "num_experts_per_tok", r.integer("num_experts_per_tok"))
+    r.set("moe_ffn_hidden_size", "intermediate_size", r.fields["ffn_hidden_size"])
+    r.fields["router"] = "softmax_topk"
+    r.notes.append("the Q and K norms")
 
 
 def _llama4_text(r: _Reader) -> None:
@@ -394,7 +442,8 @@ def _mpt(r: _Reader) -> None:
 _READERS: dict[str, Callable[[_Reader], None]] = {
     "llama": _llama, "mistral": _llama, "qwen2": _qwen2, "qwen3": _qwen3, "mixtral": _mixtral,
     "qwen2_moe": _qwen2_moe, "qwen3_moe": _qwen3_moe, "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
-    "llama4_text": _llama4_text, "nemotron": _nemotron, "gpt_oss": _gpt_oss,
+    "llama4_text": _llama4_text, "nemotron": _nemotron, "gpt_oss": _gpt_oss, "glm4_moe": _glm4_moe,
+    "olmo2": _olmo2, "olmoe": _olmoe,
     "gemma": _gemma, "gemma2": _gemma, "gemma3_text": _gemma, "gpt_neox": _gpt_neox, "gptj": _gptj, "gpt2": _gpt2,
     "bert": _bert, "mpt": _mpt,
 }

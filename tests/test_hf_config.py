@@ -230,3 +230,30 @@ def test_gemma_and_gpt_oss_keep_their_head_width_and_counts():
     assert not any("sliding-window" in n for n in oss.not_modelled)
     wrapped = from_hf_config({"model_type": "gemma3", "text_config": {**_config("gemma2-9b"), "model_type": "gemma3_text"}}, name="g3")
     assert wrapped.fields == {**gemma.fields, "name": "g3"}
+
+
+def test_glm_olmoe_and_olmo2_configs_read_as_their_authors_describe_them():
+    """GLM-4.7 (zai-org, the GLM-4.5 architecture: GLM-4.5 report, arXiv 2508.06471, Table 1: 355B
+    total, 32B activated, 3 dense and 89 MoE layers, 1 MTP layer, 96 heads of 128 and 8 KV heads on
+    hidden 5120, 160 experts of 1536 with 8 routed and 1 shared): the transformer counts 352.8B
+    without its MTP module (0.6% under 355B) and 32.1B activated without the input and output
+    embeddings. OLMoE-1B-7B (Muennighoff et al. 2024, arXiv 2409.02060: 6.9B total, 1.3B active per
+    token, 64 experts of which 8 active in every layer). OLMo 2 13B reads as Llama's shapes with its
+    norms named."""
+    glm = from_hf_config(_config("glm-4.7"), name="glm")
+    model = catalog.model_spec_from_dict(glm.fields)
+    assert (model.head_dim, model.num_kv_heads, model.first_dense_layers, model.num_moe_layers, model.mtp_num_layers) == (128, 8, 3, 89, 1)
+    assert (model.num_experts, model.experts_per_token, model.num_shared_experts, model.router.value) == (160, 8, 1, "sigmoid_topk")
+    assert total_parameter_count(model) / 1e9 == pytest.approx(355, rel=0.01)
+    head = model.vocab_size * model.hidden_size  # the untied output projection, as large as the input table
+    assert (active_parameter_count(model) - embedding_parameter_count(model) - head) / 1e9 == pytest.approx(32, rel=0.01)
+    assert set(glm.not_modelled) == {"the attention projections' biases", "the per-head Q and K norms"}
+    olmoe = catalog.model_spec_from_dict(from_hf_config(_config("olmoe-1b-7b"), name="olmoe").fields)
+    assert (olmoe.num_experts, olmoe.experts_per_token, olmoe.num_moe_layers) == (64, 8, 16)
+    assert total_parameter_count(olmoe) / 1e9 == pytest.approx(6.9, rel=0.01)
+    assert active_parameter_count(olmoe) / 1e9 == pytest.approx(1.3, rel=0.03)
+    olmo2 = from_hf_config(_config("olmo2-13b"), name="olmo2")
+    assert {k: olmo2.fields[k] for k in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size")} == {
+        "num_layers": 40, "hidden_size": 5120, "num_attention_heads": 40, "num_kv_heads": 40, "ffn_hidden_size": 13824, "vocab_size": 100352,
+    }
+    assert olmo2.not_modelled == ("the Q and K norms and the norms after each sublayer",)
