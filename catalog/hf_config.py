@@ -10,7 +10,7 @@ sparse layers at positions the catalog's interval cannot state), never a spec th
 model.
 
 What each model type reads (Transformers' field names; "x | y" is a default):
-- llama, mistral, qwen2, qwen3: num_hidden_layers, hidden_size, num_attention_heads,
+- llama, mistral, phi3, qwen2, qwen3: num_hidden_layers, hidden_size, num_attention_heads,
   num_key_value_heads | num_attention_heads, intermediate_size, vocab_size,
   max_position_embeddings, tie_word_embeddings | false; a gated MLP (SwiGLU's three GEMMs),
   rotary positions (no parameters).
@@ -35,6 +35,8 @@ What each model type reads (Transformers' field names; "x | y" is a default):
   num_experts_per_tok, one shared expert, sigmoid router, dense layers of intermediate_size_mlp,
   every interleave_moe_layer_step-th layer sparse (its moe_layers list must follow that pattern).
 - nemotron: as llama with hidden_act relu2, an ungated squared-ReLU MLP.
+- starcoder2: as llama with an ungated GELU MLP (hidden_act gelu*), its sliding_window in every
+  layer, tie_word_embeddings | true; its biases (use_bias) are named, not costed.
 - gemma, gemma2, gemma3_text (and gemma3's text_config): as llama with a gated GELU MLP
   (hidden_activation), tied embeddings by default and head_dim (256); the local window
   (sliding_window) in the share of layers layer_types or sliding_window_pattern gives (Gemma 2:
@@ -377,6 +379,19 @@ def _gpt_oss(r: _Reader) -> None:
     r.notes.append("the experts' biases and the attention sinks")
 
 
+def _starcoder2(r: _Reader) -> None:
+    """StarCoder2 (Starcoder2Config): grouped-query attention, an ungated GELU MLP (c_fc, c_proj),
+    LayerNorm, biases on every projection (use_bias), its window in every layer; embeddings
+    untied unless tie_word_embeddings says otherwise (Starcoder2Config's default: tied)."""
+    _decoder(r, gated=False, tied_default=True)
+    act = r.text("hidden_act", "gelu_pytorch_tanh")
+    if not act.startswith("gelu"):
+        raise SpecError(r.where("hidden_act"), f"only a GELU MLP is expressible for starcoder2, got {_shown(act)}")
+    r.fields["mlp_activation"] = "gelu"
+    if r.flag("use_bias", True):
+        r.notes.append("the projections' biases")
+
+
 def _nemotron(r: _Reader) -> None:
     _decoder(r, gated=False)
     act = r.text("hidden_act", "relu2")
@@ -443,7 +458,7 @@ _READERS: dict[str, Callable[[_Reader], None]] = {
     "llama": _llama, "mistral": _llama, "qwen2": _qwen2, "qwen3": _qwen3, "mixtral": _mixtral,
     "qwen2_moe": _qwen2_moe, "qwen3_moe": _qwen3_moe, "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
     "llama4_text": _llama4_text, "nemotron": _nemotron, "gpt_oss": _gpt_oss, "glm4_moe": _glm4_moe,
-    "olmo2": _olmo2, "olmoe": _olmoe,
+    "olmo2": _olmo2, "olmoe": _olmoe, "phi3": _llama, "starcoder2": _starcoder2,
     "gemma": _gemma, "gemma2": _gemma, "gemma3_text": _gemma, "gpt_neox": _gpt_neox, "gptj": _gptj, "gpt2": _gpt2,
     "bert": _bert, "mpt": _mpt,
 }

@@ -257,3 +257,23 @@ def test_glm_olmoe_and_olmo2_configs_read_as_their_authors_describe_them():
         "num_layers": 40, "hidden_size": 5120, "num_attention_heads": 40, "num_kv_heads": 40, "ffn_hidden_size": 13824, "vocab_size": 100352,
     }
     assert olmo2.not_modelled == ("the Q and K norms and the norms after each sublayer",)
+
+
+def test_phi4_and_starcoder2_read_as_llama_shaped_decoders():
+    """Phi-4 (microsoft/phi-4, model_type phi3: 40 layers, 40 heads and 10 KV heads on hidden 5120,
+    no window) counts 14.66B parameters, what its checkpoint holds: six bf16 shards of 4.93, 4.95,
+    4.90, 4.77, 4.77 and 4.99 GB (the Hub's file listing), 29.31 GB at 2 bytes a parameter.
+    StarCoder2-3B (bigcode/starcoder2-3b): an ungated GELU MLP, 2 KV heads, its 4096-token window in
+    every layer, embeddings tied by default (its config states no tie_word_embeddings, and
+    Starcoder2Config leaves PretrainedConfig's True), its biases named."""
+    phi = catalog.model_spec_from_dict(from_hf_config(_config("phi-4"), name="phi-4").fields)
+    assert (phi.num_kv_heads, phi.sliding_window, phi.tied_embeddings) == (10, 0, False)
+    shards_gb = (4.93, 4.95, 4.90, 4.77, 4.77, 4.99)
+    assert total_parameter_count(phi) == pytest.approx(sum(shards_gb) * 1e9 / 2, rel=0.002)
+    star = from_hf_config(_config("starcoder2-3b"), name="sc2")
+    model = catalog.model_spec_from_dict(star.fields)
+    assert (model.mlp_activation.value, model.num_kv_heads, model.sliding_window, model.sliding_window_fraction) == ("gelu", 2, 4096, 1.0)
+    assert model.tied_embeddings and star.not_modelled == ("the projections' biases",)
+    with pytest.raises(SpecError) as caught:
+        from_hf_config({**_config("starcoder2-3b"), "hidden_act": "relu"}, name="x")
+    assert caught.value.field == "config.hidden_act"
