@@ -462,6 +462,23 @@ _READERS: dict[str, Callable[[_Reader], None]] = {
     "gemma": _gemma, "gemma2": _gemma, "gemma3_text": _gemma, "gpt_neox": _gpt_neox, "gptj": _gptj, "gpt2": _gpt2,
     "bert": _bert, "mpt": _mpt,
 }
+# Model types whose layers the cost model has no mechanism for, with what it lacks: a refusal that
+# says why, rather than "unknown type" (Transformers' configuration classes of these types).
+_NOT_EXPRESSIBLE = {
+    "qwen3_next": "Gated DeltaNet linear-attention layers (layer_types 'linear_attention')",
+    "kimi_linear": "Kimi Delta Attention linear-attention layers (linear_attn_config)",
+    "minimax": "lightning (linear) attention layers",
+    "minimax_m1": "lightning (linear) attention layers",
+    "jamba": "Mamba state-space layers",
+    "falcon_h1": "Mamba-2 state-space heads beside attention",
+    "granitemoehybrid": "Mamba-2 state-space layers",
+    "nemotron_h": "Mamba-2 state-space layers",
+    "mamba": "state-space layers (no attention)",
+    "mamba2": "state-space layers (no attention)",
+    "rwkv": "recurrent (RWKV) layers",
+    "t5": "an encoder-decoder (cross-attention)",
+    "bart": "an encoder-decoder (cross-attention)",
+}
 _OPTIONAL_DEFAULTS = {"moe_layer_interval": 1, "num_shared_experts": 0, "first_dense_layers": 0, "mtp_num_layers": 0}
 SUPPORTED_MODEL_TYPES = tuple(sorted([*_READERS, "llama4", "gemma3"]))
 
@@ -486,6 +503,9 @@ def from_hf_config(config: Mapping[str, Any], name: str, seq_length: int | None 
     elif isinstance(model_type, str) and model_type in _READERS:
         reader = _Reader(config, path)
         _READERS[model_type](reader)
+    elif isinstance(model_type, str) and model_type in _NOT_EXPRESSIBLE:
+        raise SpecError(f"{path}.model_type", f"{model_type!r} has {_NOT_EXPRESSIBLE[model_type]}, which the cost model does not"
+                        f" cost; known: {', '.join(SUPPORTED_MODEL_TYPES)}")
     else:
         raise SpecError(f"{path}.model_type", f"{_shown(model_type)} is not a model type this reader knows; known: {', '.join(SUPPORTED_MODEL_TYPES)}")
     # Optional fields at their defaults are left out, as the catalog's entries leave them out.

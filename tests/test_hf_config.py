@@ -97,7 +97,7 @@ def test_heads_wider_than_hidden_over_heads_keep_their_width():
 @pytest.mark.parametrize(
     ("change", "field", "reason"),
     [
-        ({"model_type": "mamba"}, "config.model_type", "'mamba' is not a model type this reader knows"),
+        ({"model_type": "my_arch"}, "config.model_type", "'my_arch' is not a model type this reader knows"),
         ({"num_hidden_layers": None}, "config.num_hidden_layers", "is required"),
         ({"num_hidden_layers": "32"}, "config.num_hidden_layers", "must be an integer >= 1"),
         ({"num_key_value_heads": 0}, "config.num_key_value_heads", "must be an integer >= 1"),
@@ -135,6 +135,16 @@ def test_maverick_style_interleaving_is_every_second_layer():
     text.pop("moe_layers")
     fields = from_hf_config({**scout, "text_config": text}, name="m").fields
     assert fields["moe_layer_interval"] == 2 and fields["num_shared_experts"] == 1
+
+
+@pytest.mark.parametrize(("model_type", "lacks"), [
+    ("qwen3_next", "linear-attention"), ("nemotron_h", "state-space"), ("mamba", "state-space"), ("t5", "encoder-decoder"),
+])
+def test_a_known_type_the_cost_model_cannot_cost_says_what_it_lacks(model_type, lacks):
+    with pytest.raises(SpecError) as caught:
+        from_hf_config({"model_type": model_type, "num_hidden_layers": 48}, name="x")
+    assert caught.value.field == "config.model_type"
+    assert lacks in caught.value.reason and "llama" in caught.value.reason
 
 
 def test_every_supported_type_is_named_in_the_refusal():
