@@ -287,15 +287,17 @@ def dispatcher_notes(model: ModelSpec, framework: str) -> tuple[str, ...]:
     host, as Megatron-core's flex dispatcher runs them on DeepEP or HybridEP; its alltoall
     dispatcher copies the per-expert token counts to the host and synchronises once per MoE layer
     (megatron/core/transformer/moe/token_dispatcher.py). Megatron-Bridge's published 26.02 runs on
-    the flex dispatcher read within about 10% of their plans, those on alltoall 13% to 5x slower
-    (bench families mbridge-qwen3 and mbridge-gptoss). Which backend runs where follows
+    the flex dispatcher read within about 10% of their plans, its alltoall runs of models with 128
+    small experts 13% to 5x slower (bench families mbridge-qwen3 and mbridge-gptoss); NeMo's Mixtral
+    rows (8 large experts) read within about 10%. Which backend runs where follows
     Megatron-Bridge's apply_flex_dispatcher_backend (training/flex_dispatcher_backend.py at
     df0289c): DeepEP on Ampere, Hopper, B200 and B300, HybridEP on those and on GB200 / GB300 NVL72."""
     if not model.is_moe:
         return ()
     return (f"{framework} runs the MoE all-to-alls here with Megatron-core's alltoall dispatcher, which syncs the host"
             " once per MoE layer; the plan costs them as the flex dispatcher runs them (DeepEP or HybridEP), and NVIDIA's"
-            " published alltoall runs measured 13% to 5x slower than their plans: with DeepEP or HybridEP installed, set"
+            " published alltoall runs of models with many small experts (Qwen3, gpt-oss) measured 13% to 5x slower than"
+            " their plans: with DeepEP or HybridEP installed, set"
             " the dispatcher to flex with backend deepep (Hopper, B200, B300) or hybridep (also GB200 / GB300 NVL72)",)
 
 
