@@ -289,7 +289,7 @@ def dispatcher_notes(model: ModelSpec, framework: str) -> tuple[str, ...]:
     (megatron/core/transformer/moe/token_dispatcher.py). Megatron-Bridge's published 26.02 runs on
     the flex dispatcher read within about 10% of their plans, its alltoall runs of models with 128
     small experts 13% to 5x slower (bench families mbridge-qwen3 and mbridge-gptoss); NeMo's Mixtral
-    rows (8 large experts) read within about 10%. Which backend runs where follows
+    rows (8 large experts, dispatcher not read here) read within 11%. Which backend runs where follows
     Megatron-Bridge's apply_flex_dispatcher_backend (training/flex_dispatcher_backend.py at
     df0289c): DeepEP on Ampere, Hopper, B200 and B300, HybridEP on those and on GB200 / GB300 NVL72."""
     if not model.is_moe:
