@@ -218,10 +218,11 @@ def _qwen3(r: _Reader) -> None:
     r.notes.append("the per-head Q and K norms")
 
 
-def _local_experts(r: _Reader) -> None:
-    """Mixtral-style experts (MixtralConfig, GptOssConfig): num_local_experts of intermediate_size
-    each, top num_experts_per_tok, softmax router."""
-    r.set("num_experts", "num_local_experts", r.integer("num_local_experts"))
+def _local_experts(r: _Reader, count_key: str = "num_local_experts") -> None:
+    """Mixtral-style experts (MixtralConfig, GptOssConfig; OlmoeConfig counts them in
+    ``num_experts``): that many experts of intermediate_size each, top num_experts_per_tok,
+    softmax router."""
+    r.set("num_experts", count_key, r.integer(count_key))
     r.set("experts_per_token", "num_experts_per_tok", r.integer("num_experts_per_tok"))
     r.set("moe_ffn_hidden_size", "intermediate_size", r.fields["ffn_hidden_size"])
     r.fields["router"] = "softmax_topk"
@@ -285,6 +286,13 @@ def _routed_experts(r: _Reader, router: str) -> None:
         r.notes.append("group-limited routing (n_group, topk_group) costs as plain top-k")
 
 
+def _mtp(r: _Reader) -> None:
+    """num_nextn_predict_layers multi-token-prediction modules (DeepSeek-V3, GLM-4.5)."""
+    mtp = r.integer("num_nextn_predict_layers", 0, minimum=0)
+    if mtp:
+        r.set("mtp_num_layers", "num_nextn_predict_layers", mtp)
+
+
 def _deepseek(r: _Reader) -> None:
     _decoder(r)
     r.set("num_kv_heads", "num_attention_heads", r.fields["num_attention_heads"])  # latent attention: one K/V per head
@@ -304,9 +312,7 @@ def _deepseek(r: _Reader) -> None:
         r.set("qk_head_dim", "qk_nope_head_dim", r.integer("qk_nope_head_dim"))
         r.set("qk_rope_head_dim", "qk_rope_head_dim", r.integer("qk_rope_head_dim"))
         r.set("v_head_dim", "v_head_dim", r.integer("v_head_dim"))
-    mtp = r.integer("num_nextn_predict_layers", 0, minimum=0)
-    if mtp:
-        r.set("mtp_num_layers", "num_nextn_predict_layers", mtp)
+    _mtp(r)
 
 
 def _glm4_moe(r: _Reader) -> None:
@@ -316,9 +322,7 @@ def _glm4_moe(r: _Reader) -> None:
     (Glm4MoeTopkRouter), and num_nextn_predict_layers multi-token-prediction modules."""
     _decoder(r)
     _routed_experts(r, "sigmoid_topk")
-    mtp = r.integer("num_nextn_predict_layers", 0, minimum=0)
-    if mtp:
-        r.set("mtp_num_layers", "num_nextn_predict_layers", mtp)
+    _mtp(r)
     if r.flag("use_qk_norm", False):
         r.notes.append("the per-head Q and K norms")
 
@@ -334,10 +338,7 @@ def _olmoe(r: _Reader) -> None:
     """OLMoE (OlmoeConfig): num_experts experts of intermediate_size in every layer, top
     num_experts_per_tok, softmax router, no shared expert, the Q and K projections normalised."""
     _decoder(r)
-    r.set("num_experts", "num_experts", r.integer("num_experts"))
-    r.set("experts_per_token", "num_experts_per_tok", r.integer("num_experts_per_tok"))
-    r.set("moe_ffn_hidden_size", "intermediate_size", r.fields["ffn_hidden_size"])
-    r.fields["router"] = "softmax_topk"
+    _local_experts(r, "num_experts")
     r.notes.append("the Q and K norms")
 
 
