@@ -11,12 +11,14 @@ import dataclasses
 import itertools
 
 import pytest
+from test_activation_offload import _bench_inputs
 
 import catalog
 from bench import accuracy
 from solver.cost.analytic import loss_peak_bytes_per_logit
 from solver.cost.evaluate import evaluate
-from solver.spec.training import LossDtype, LossKernel, TrainingSpec
+from solver.spec.parallel import ParallelConfig
+from solver.spec.training import Framework, LossDtype, LossKernel, Recompute, TrainingSpec, ZeroStage
 
 GIB = 2**30
 RUN = "mbridge2602-dgx-gb200-llama3-70b-64gpu-fp8-cs"
@@ -37,15 +39,12 @@ def test_the_name_reads_as_the_enum_and_a_bad_one_names_the_field():
 
 
 def _record_evaluation(loss_kernel: str):
-    inputs = accuracy.load_inputs()
-    (record,) = [r for r in accuracy.load_blackwell_records() if r["id"] == RUN]
-    settings = accuracy.record_settings(record, inputs)
-    model = accuracy._model_for(record, settings)
-    assert model is not None
-    cluster = accuracy._cluster_for(record, settings)
-    training = dataclasses.replace(accuracy.training_for(record, settings, model, padded=False), loss_kernel=LossKernel(loss_kernel))
-    (parallel,) = list(accuracy._candidates(record, settings, model, training.global_batch_size, cluster.gpus_per_node))
-    return evaluate(model, cluster, training, parallel, num_gpus=64, framework=accuracy.Framework("megatron")), model, training, parallel
+    """The bench's GB200 record at its preset's layout (Megatron-FSDP, tp 1, pp 1, micro-batch 2,
+    40 layers offloaded, as tests/test_activation_offload.py builds it), with ``loss_kernel``."""
+    model, cluster, training = _bench_inputs(RUN)
+    training = dataclasses.replace(training, loss_kernel=LossKernel(loss_kernel))
+    parallel = ParallelConfig(64, 1, 1, ZeroStage.OS_G_P, 2, Recompute.NONE, activation_offload_layers=40)
+    return evaluate(model, cluster, training, parallel, num_gpus=64, framework=Framework.MEGATRON), model, training, parallel
 
 
 def test_megatron_bridges_llama3_70b_on_gb200_fits_with_the_loss_it_ran():
@@ -57,7 +56,8 @@ def test_megatron_bridges_llama3_70b_on_gb200_fits_with_the_loss_it_ran():
     ran, model, training, parallel = _record_evaluation("in_place")
     native, *_ = _record_evaluation("fused")
     assert ran.feasible and not native.feasible
-    assert (parallel.micro_batch_size, training.seq_length, model.vocab_size) == (2, 8192, 128256)
+    assert inputs["records"][RUN]["activation_offload_layers"] == parallel.activation_offload_layers
+    assert (training.seq_length, model.vocab_size) == (8192, 128256)
     logits = parallel.micro_batch_size * training.seq_length * model.vocab_size
     head = [s.memory_bytes["embedding_and_logits"] for s in (native.stages[0], ran.stages[0])]
     assert head[0] - head[1] == pytest.approx(4 * logits)
