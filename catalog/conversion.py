@@ -60,7 +60,7 @@ STACK_FACTS = (
     "tp_comm_overlap", "overlap_p2p_comm", "host_s_per_layer", "selective_recompute",
     "grad_reduce", "loss_dtype", "loss_kernel", "low_precision_saved_inputs", "ep_comm_overlap",
     "autocast_weights", "grad_bucket_copy", "loss_keeps_logits", "sp_saved_input", "expert_gemms", "flash_kernel",
-    "step_grad_copy_bytes_per_param", "optimizer_sub_group_params",
+    "step_grad_copy_bytes_per_param", "optimizer_sub_group_params", "allocator_fragmentation_fraction",
 )
 
 MODEL_FIELDS = (

@@ -22,7 +22,10 @@ from bench.memory import (
     summarize,
 )
 
-# Today's result (bench/memory.py): 30 of 53 within 10%, MAPE 13.7%: DeepSpeed's ZeRO-1/2 step
+# Today's result (bench/memory.py): 33 of 53 within 10%, MAPE 11.9%: the caching allocator's
+# overhead is a stack fact, measured for Megatron-DeepSpeed from BigScience's logs (0.15 of the
+# allocated peak, not 0.05; BLOOM's 15 figures 23.5 -> 17.1%). Before that, 30 of 53 within 10%,
+# MAPE 13.7%: DeepSpeed's ZeRO-1/2 step
 # copies its whole partition to fp32 (stage_1_and_2.py; BLOOM's dp 1 probe -28.3 -> -4.0%). Before
 # that, 29 of 53 within 10%, MAPE 14.6%, after BigScience's 15 BLOOM
 # benchmark figures from Jean Zay joined the bench (all 17-45% under: Megatron-DeepSpeed's memory is
@@ -47,8 +50,8 @@ from bench.memory import (
 # Megatron's fp32 main grads apply). Raise the floor and lower the ceiling as the memory model
 # improves; never the other way. The ceiling is loose on purpose (today + 8 points): it catches
 # a gross regression, not the drift of a term being reworked.
-WITHIN_TARGET_FLOOR = 30
-MAPE_CEILING = 0.18
+WITHIN_TARGET_FLOOR = 33
+MAPE_CEILING = 0.16
 
 RECORD_FIELDS = ("id", "source", "where_in_source", "quoted", "measured_gib", "measures", "run")
 RUN_FIELDS = (

@@ -492,6 +492,9 @@ class StackFacts(BaseModel):
     optimizer_sub_group_params: int = Field(
         description="parameters the optimizer steps at a time (DeepSpeed's sub_group_size; 0: the whole local shard)"
     )
+    allocator_fragmentation_fraction: float = Field(
+        description="memory the caching allocator reserves beyond its allocated peak, as a fraction of that peak (max reserved / max allocated - 1)"
+    )
 
 
 class StackFactSources(BaseModel):
@@ -521,6 +524,7 @@ class StackFactSources(BaseModel):
     flash_kernel: str
     step_grad_copy_bytes_per_param: str
     optimizer_sub_group_params: str
+    allocator_fragmentation_fraction: str
 
 
 class StackEntry(BaseModel):

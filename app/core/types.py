@@ -62,5 +62,6 @@ TrainTokens = Annotated[float, Field(strict=True, gt=0, le=training.TRAIN_TOKENS
 HostSeconds = Annotated[float, Field(strict=True, ge=0, le=training.HOST_S_PER_LAYER_MAX, allow_inf_nan=False)]
 StepCopyBytes = Annotated[int, Field(strict=True, ge=0, le=training.STEP_GRAD_COPY_BYTES_MAX)]
 SubGroupParams = Annotated[int, Field(strict=True, ge=0, le=training.SUB_GROUP_PARAMS_MAX)]
+FragmentationFraction = Annotated[float, Field(strict=True, ge=0, le=training.FRAGMENTATION_FRACTION_MAX, allow_inf_nan=False)]
 MemoryFraction = _in_range(*evaluate.MEMORY_FRACTION_RANGE)
 DeadlineS = _in_range(*request.DEADLINE_S_RANGE)

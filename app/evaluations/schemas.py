@@ -10,6 +10,7 @@ from app.core.dimensions import parallel_fields
 from app.core.types import (
     LIST_MAX_ITEMS,
     Flag,
+    FragmentationFraction,
     HostSeconds,
     NonNegativeInt,
     PositiveInt,
@@ -131,6 +132,13 @@ class Training(BaseModel):
     optimizer_sub_group_params: SubGroupParams | None = Field(
         None,
         description="parameters the optimizer steps at a time (DeepSpeed's sub_group_size; 0: the whole local shard); null: the stack's",
+    )
+    allocator_fragmentation_fraction: FragmentationFraction | None = Field(
+        None,
+        description=(
+            "memory the caching allocator reserves beyond its allocated peak, as a fraction of that peak "
+            "(max_memory_reserved / max_memory_allocated - 1, measured on the stack); null: the stack's"
+        ),
     )
     # Megatron-core's --recompute-modules (solver.spec.training.RecomputeModule): what a selectively
     # recomputed layer recomputes where the stack's selective mode is "attention".

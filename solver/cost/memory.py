@@ -9,7 +9,7 @@ for the in-flight micro-batches of 1F1B (stage i of p holds p - i) and the inter
 
 from __future__ import annotations
 
-from solver.spec.training import MomentsDtype, OptimizerKind, ZeroStage
+from solver.spec.training import DEFAULT_FRAGMENTATION_FRACTION, MomentsDtype, OptimizerKind, ZeroStage
 
 GIB_BYTES = 2**30
 WEIGHT_BYTES_PER_PARAM = 2  # 16-bit weights used by forward and backward
@@ -40,8 +40,9 @@ OPTIMIZER_BYTES_PER_PARAM = {kind: optimizer_bytes_per_param(kind) for kind in O
 # version, cuBLAS workspace and NCCL buffers on top).
 RUNTIME_RESERVE_BYTES = 1 * GIB_BYTES
 # The caching allocator's fragmentation: blocks are rounded and split, so some reserved memory
-# is unusable; ~5% of allocated memory is the commonly observed overhead (PyTorch memory notes).
-FRAGMENTATION_FRACTION = 0.05
+# is unusable. A stack fact (TrainingSpec.allocator_fragmentation_fraction); this is the default
+# where a stack has no measurement of its own.
+FRAGMENTATION_FRACTION = DEFAULT_FRAGMENTATION_FRACTION
 
 
 # FSDP's unsharded gradients under a pipeline accumulate in fp32 until the last micro-batch.
@@ -135,9 +136,11 @@ def in_flight_micro_batches(stage: int, pp_size: int, virtual_stages: int, num_m
     return chunks / v
 
 
-def reserve_bytes(allocated_bytes: float) -> float:
-    """Runtime reserve plus allocator fragmentation on top of ``allocated_bytes``."""
-    return RUNTIME_RESERVE_BYTES + FRAGMENTATION_FRACTION * allocated_bytes
+def reserve_bytes(allocated_bytes: float, fragmentation_fraction: float = FRAGMENTATION_FRACTION) -> float:
+    """Runtime reserve plus allocator fragmentation on top of ``allocated_bytes``: the caching
+    allocator reserves ``fragmentation_fraction`` more than it has allocated at its peak (the
+    stack's measured max_memory_reserved / max_memory_allocated - 1)."""
+    return RUNTIME_RESERVE_BYTES + fragmentation_fraction * allocated_bytes
 
 
 def optimizer_step_copy_bytes(shard_parameter_count: float, copy_bytes_per_param: int, sub_group_params: int) -> float:

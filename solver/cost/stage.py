@@ -22,6 +22,7 @@ from typing import Any
 
 from solver.cost.compute import elementwise_time_s
 from solver.cost.memory import (
+    FRAGMENTATION_FRACTION,
     GRAD_ACCUMULATION_BYTES_PER_PARAM,
     GRAD_BYTES_PER_PARAM,
     WEIGHT_BYTES_PER_PARAM,
@@ -113,6 +114,7 @@ class StagePolicy:
     moments_dtype: MomentsDtype = MomentsDtype.FP32  # the optimizer's moments (TrainingSpec.moments_dtype)
     step_grad_copy_bytes_per_param: int = 0  # the optimizer step's gradient copy (TrainingSpec)
     optimizer_sub_group_params: int = 0  # what the step copies at a time; 0: the whole shard (TrainingSpec)
+    fragmentation_fraction: float = FRAGMENTATION_FRACTION  # the allocator's overhead (TrainingSpec.allocator_fragmentation_fraction)
 
     @staticmethod
     def of(gpu: GpuSpec, parallel: ParallelConfig, training: TrainingSpec, num_micro_batches: int) -> "StagePolicy":
@@ -122,6 +124,7 @@ class StagePolicy:
             parallel.pp_size, parallel.expert_dp_size, training.grad_bytes_per_param, parallel.offload,
             parallel.activation_offload_layers, training.autocast_weights, training.grad_bucket_copy, parallel.nvme_offload,
             training.moments_dtype, training.step_grad_copy_bytes_per_param, training.optimizer_sub_group_params,
+            training.allocator_fragmentation_fraction,
         )
 
     @property
@@ -399,7 +402,7 @@ def stage_cost(
     )
     transient = allocated["activations"] + allocated["embedding_and_logits"] + allocated["zero3_gather_buffers"]
     allocated["optimizer_step_copy"] = step_peak_excess_bytes(step_copy_bytes(params, policy, experts), transient)
-    memory = StageMemory(**allocated, reserve=reserve_bytes(sum(allocated.values())))
+    memory = StageMemory(**allocated, reserve=reserve_bytes(sum(allocated.values()), policy.fragmentation_fraction))
     host = host_bytes_per_gpu(held["optimizer_states"], policy.optimizer, policy.offload, policy.nvme_offload, policy.moments_dtype) + in_flight * (
         sum(offloaded) + sum(moved)
     )

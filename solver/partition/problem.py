@@ -210,12 +210,11 @@ def layer_rows(profile: LayerChain, base: Recompute) -> tuple[tuple[int, ...], .
     return tuple(zip(*rows)) if rows else ((),) * 8
 
 
-def allocatable_bytes(usable_bytes: float) -> float:
+def allocatable_bytes(usable_bytes: float, fragmentation_fraction: float) -> float:
     """What may be allocated when the reserve (runtime + fragmentation x allocated) must fit too:
     allocated <= (usable - runtime) / (1 + fraction)."""
-    runtime = reserve_bytes(0.0)
-    fraction = (reserve_bytes(2.0**40) - runtime) / 2.0**40
-    return (usable_bytes - runtime) / (1.0 + fraction)
+    runtime = reserve_bytes(0.0, fragmentation_fraction)
+    return (usable_bytes - runtime) / (1.0 + fragmentation_fraction)
 
 
 def partition_problem(
@@ -240,7 +239,7 @@ def partition_problem(
     # Routed experts' states shard over fewer ranks than the rest (stage.stage_state_bytes).
     expert_state_per_param = expert_state_bytes_per_parameter(parallel, training)
     in_flight = tuple(in_flight_micro_batches(stage, pp, v, num_micro_batches) for stage in range(pp))
-    allocatable = allocatable_bytes(usable_bytes)
+    allocatable = allocatable_bytes(usable_bytes, training.allocator_fragmentation_fraction)
 
     times, recomputes, kept, checkpoints, params, working, base_working, experts = rows or layer_rows(profile, policy.base_recompute)
     # Every stage holds one layer's backward gradients, and a selective base rebuilds what it

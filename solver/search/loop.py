@@ -311,7 +311,7 @@ def _states_may_fit(run: SearchRun, shape: Shape, usable: float) -> bool:
         state_floor = (
             state_bytes_per_parameter(uniform, training) * (params - experts) + expert_state_bytes_per_parameter(uniform, training) * experts
         ) / shape.pp_size
-        run.states_fit[key] = state_floor <= allocatable_bytes(usable)
+        run.states_fit[key] = state_floor <= allocatable_bytes(usable, training.allocator_fragmentation_fraction)
     return run.states_fit[key]
 
 
