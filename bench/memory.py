@@ -8,10 +8,13 @@ allocated, active, reserved or device-used; ``predicted_measure_bytes``) on the 
 ``stage``: Megatron-LM logs its last rank; otherwise the largest stage, as the other sources
 report their largest GPU) against the measured figure, with the signed error (predicted /
 measured - 1: positive = the model predicts more memory than was measured), the memory verdict on
-the capacity of the GPU that ran it (every run here did run, so "NO" is a false out-of-memory) and
-the predicted breakdown. Under the table: n, within 10%, MAPE and signed mean per family, the
-summary, the rules other than memory the planner says a published split breaks, and the records
-it cannot express, each with its reason. It is a report: it exits 0.
+the capacity of the GPU that ran it (every figure comes from a run that ran, so "NO" is a false
+out-of-memory) and the predicted breakdown. Records that measure ``out_of_memory`` are published
+runs that stopped with CUDA out of memory: they carry no figure, and the planner must say they do
+not fit on that GPU (a table of their predicted peaks follows the first). Under the tables: n,
+within 10%, MAPE and signed mean per family, the summary, the rules other than memory the planner
+says a published split breaks, and the records it cannot express, each with its reason. It is a
+report: it exits 0.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ from solver.spec.training import Precision, Recompute, TrainingSpec, ZeroStage
 
 DATA = Path(__file__).parent / "data" / "published_memory.json"
 WITHIN_TARGET = 0.10  # issue 13: within 10% on every published memory figure
+# What a record of a run that ran out of memory "measures": no figure, only that it did not fit.
+OUT_OF_MEMORY = "out_of_memory"
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,7 @@ class MemoryResult:
     record_id: str
     family: str
     measures: str  # what the figure counts (published_memory.json "measures")
-    measured_gib: float
+    measured_gib: float | None  # None for a run that ran out of memory (OUT_OF_MEMORY)
     predicted_gib: float | None = None  # of the quantity the figure counts (predicted_measure_bytes)
     peak_gib: float | None = None  # the stage's whole predicted peak, reserve included
     fits: bool | None = None  # no memory violation on the capacity of the GPU that ran it
@@ -61,7 +66,7 @@ class MemoryResult:
     @property
     def error(self) -> float | None:
         """Signed error, predicted / measured - 1 (positive: the model predicts more memory)."""
-        if self.predicted_gib is None:
+        if self.predicted_gib is None or self.measured_gib is None:
             return None
         return self.predicted_gib / self.measured_gib - 1
 
@@ -76,6 +81,8 @@ class Summary:
     worst_error: float
     false_out_of_memory: int  # runs that ran but the planner says do not fit in memory
     other_infeasible: int  # runs that ran but the planner rejects for a rule other than memory
+    out_of_memory: int = 0  # runs that ran out of memory, evaluated (OUT_OF_MEMORY records)
+    false_fit: int = 0  # of those, the ones the planner says fit
 
 
 def load_document() -> dict:
@@ -170,7 +177,8 @@ def predicted_measure_bytes(memory: dict[str, float], measures: str) -> float:
 
 
 def evaluate_record(record: dict) -> MemoryResult:
-    base = MemoryResult(record["id"], record.get("family", ""), record["measures"], float(record["measured_gib"]))
+    measured = None if record["measures"] == OUT_OF_MEMORY else float(record["measured_gib"])
+    base = MemoryResult(record["id"], record.get("family", ""), record["measures"], measured)
     why = not_expressible(record)
     if why:
         return replace(base, skipped=why)
@@ -185,7 +193,8 @@ def evaluate_record(record: dict) -> MemoryResult:
     peak = evaluation.stages[stage]
     return replace(
         base,
-        predicted_gib=predicted_measure_bytes(dict(peak.memory_bytes), record["measures"]) / GIB_BYTES,
+        # A run that ran out of memory is compared by its whole peak against the GPU (``fits``).
+        predicted_gib=predicted_measure_bytes(dict(peak.memory_bytes), record["measures"]) / GIB_BYTES if measured is not None else None,
         peak_gib=peak.peak_bytes / GIB_BYTES,
         fits=not any(v.rule is Rule.MEMORY for v in evaluation.violations),
         other_violations=tuple(str(v) for v in evaluation.violations if v.rule is not Rule.MEMORY),
@@ -200,6 +209,7 @@ def evaluate_all(records: list[dict] | None = None) -> list[MemoryResult]:
 
 def summarize(results: list[MemoryResult]) -> Summary:
     scored = [r for r in results if r.error is not None]
+    ran_out = [r for r in results if r.measures == OUT_OF_MEMORY and not r.skipped]
     errors = [r.error for r in scored if r.error is not None]
     worst = max(scored, key=lambda r: abs(r.error or 0.0))
     return Summary(
@@ -211,6 +221,8 @@ def summarize(results: list[MemoryResult]) -> Summary:
         worst_error=worst.error or 0.0,
         false_out_of_memory=sum(r.fits is False for r in scored),
         other_infeasible=sum(bool(r.other_violations) for r in scored),
+        out_of_memory=len(ran_out),
+        false_fit=sum(r.fits is True for r in ran_out),
     )
 
 
@@ -229,12 +241,13 @@ BREAKDOWN_COLUMNS = {
 
 def family_lines(results: list[MemoryResult]) -> list[str]:
     """n, how many within the target, MAPE and signed mean error per family (source)."""
-    lines = [f"{'family':18s} {'n':>3s} {'within':>6s} {'MAPE':>6s} {'signed':>7s}"]
     families = sorted({r.family for r in results if r.error is not None})
+    width = max([18, *(len(family) for family in families)])
+    lines = [f"{'family':{width}s} {'n':>3s} {'within':>6s} {'MAPE':>6s} {'signed':>7s}"]
     for family in families:
         errors = [r.error for r in results if r.family == family and r.error is not None]
         lines.append(
-            f"{family:18s} {len(errors):3d} {sum(abs(e) <= WITHIN_TARGET for e in errors):6d} "
+            f"{family:{width}s} {len(errors):3d} {sum(abs(e) <= WITHIN_TARGET for e in errors):6d} "
             f"{sum(abs(e) for e in errors) / len(errors):6.1%} {sum(errors) / len(errors):+7.1%}"
         )
     return lines
@@ -256,6 +269,17 @@ def report_lines(results: list[MemoryResult]) -> list[str]:
             f"{r.record_id:{width}s} {r.measures:15s} {r.measured_gib:8.2f} {r.predicted_gib:9.2f} {r.error:+7.1%} "
             f"{'yes' if r.fits else 'NO':>4s}  {parts}"
         )
+    ran_out = [r for r in results if r.measures == OUT_OF_MEMORY and not r.skipped]
+    if ran_out:
+        lines += [
+            "",
+            "Runs that ran out of memory (the planner must say they do not fit): predicted peak of the largest stage, GiB",
+            "",
+            f"{'record':{width}s} {'peak':>9s} {'fits':>4s}  " + " ".join(f"{name:>6s}" for name in BREAKDOWN_COLUMNS.values()),
+        ]
+        for r in ran_out:
+            parts = " ".join(f"{r.breakdown_gib.get(key, 0.0):6.1f}" for key in BREAKDOWN_COLUMNS)
+            lines.append(f"{r.record_id:{width}s} {r.peak_gib or 0.0:9.2f} {'YES' if r.fits else 'no':>4s}  {parts}")
     lines += [""] + family_lines(results)
     summary = summarize(results)
     lines += [
@@ -264,7 +288,8 @@ def report_lines(results: list[MemoryResult]) -> list[str]:
         f"MAPE {summary.mape:.1%}; signed mean {summary.signed_mean:+.1%}; "
         f"worst {summary.worst_id} ({summary.worst_error:+.1%}); "
         f"said not to fit although they ran: {summary.false_out_of_memory}; "
-        f"rejected by another rule although they ran: {summary.other_infeasible}",
+        f"rejected by another rule although they ran: {summary.other_infeasible}; "
+        f"said to fit although they ran out of memory: {summary.false_fit} of {summary.out_of_memory}",
     ]
     rejected = [r for r in results if r.other_violations]
     if rejected:

@@ -13,6 +13,7 @@ import re
 import pytest
 
 from bench.memory import (
+    OUT_OF_MEMORY,
     WITHIN_TARGET,
     evaluate_all,
     load_document,
@@ -22,7 +23,9 @@ from bench.memory import (
     summarize,
 )
 
-# Today's result (bench/memory.py): 33 of 53 within 10%, MAPE 11.9%: the caching allocator's
+# Today's result (bench/memory.py): 40 of 70 within 10%, MAPE 11.6%, and the 3 runs that ran out
+# of memory said not to fit: BigScience's 02-25 benchmarks joined (17 figures, 10.8%, and the 3
+# OOM splits), after the allocator's overhead was costed. Before them, 33 of 53, MAPE 11.9%: the caching allocator's
 # overhead is a stack fact, measured for Megatron-DeepSpeed from BigScience's logs (0.15 of the
 # allocated peak, not 0.05; BLOOM's 15 figures 23.5 -> 17.1%). Before that, 30 of 53 within 10%,
 # MAPE 13.7%: DeepSpeed's ZeRO-1/2 step
@@ -50,7 +53,7 @@ from bench.memory import (
 # Megatron's fp32 main grads apply). Raise the floor and lower the ceiling as the memory model
 # improves; never the other way. The ceiling is loose on purpose (today + 8 points): it catches
 # a gross regression, not the drift of a term being reworked.
-WITHIN_TARGET_FLOOR = 33
+WITHIN_TARGET_FLOOR = 40
 MAPE_CEILING = 0.16
 
 RECORD_FIELDS = ("id", "source", "where_in_source", "quoted", "measured_gib", "measures", "run")
@@ -72,10 +75,14 @@ def test_every_record_is_sourced_and_quoted():
     ids = [record["id"] for record in records]
     assert len(ids) == len(set(ids))
     for record in records:
-        missing = [name for name in RECORD_FIELDS if record.get(name) in (None, "")]
+        ran_out = record["measures"] == OUT_OF_MEMORY
+        missing = [name for name in RECORD_FIELDS if record.get(name) in (None, "") and not (ran_out and name == "measured_gib")]
         assert not missing, (record.get("id"), missing)
         assert record["measures"] in document["measures"], record["id"]
         assert record["source"].strip() and record["where_in_source"].strip() and record["quoted"].strip()
+        if ran_out:  # no figure: the quote says the run ran out of memory
+            assert record["measured_gib"] is None and "OOM" in record["quoted"], record["id"]
+            continue
         assert math.isfinite(record["measured_gib"]) and record["measured_gib"] > 0, record["id"]
         missing_run = [name for name in RUN_FIELDS if name not in record["run"]]
         assert not missing_run, (record["id"], missing_run)
@@ -88,6 +95,9 @@ def test_quoted_figure_is_the_measured_one():
     against."""
     for record in load_records():
         quoted, gib = record["quoted"], record["measured_gib"]
+        if record["measures"] == OUT_OF_MEMORY:
+            assert gib is None and "OOM" in quoted, record["id"]
+            continue
         if "measured_from_percent" in record:
             percent, of_gib = record["measured_from_percent"]["percent"], record["measured_from_percent"]["of_gib"]
             assert f"{percent:.2f}%" in quoted, (record["id"], quoted, percent)
@@ -105,6 +115,10 @@ def test_every_expressible_record_has_a_finite_prediction(results):
     for result in results:
         if not_expressible(records[result.record_id]):
             assert result.predicted_gib is None and result.skipped, result.record_id
+        elif result.measures == OUT_OF_MEMORY:  # compared by its whole peak, not a figure
+            assert not result.skipped and result.predicted_gib is None and result.error is None, result.record_id
+            assert result.peak_gib is not None and math.isfinite(result.peak_gib) and result.peak_gib > 0, result.record_id
+            assert math.isclose(sum(result.breakdown_gib.values()), result.peak_gib, rel_tol=1e-9)
         else:
             assert not result.skipped, (result.record_id, result.skipped)
             assert result.predicted_gib is not None and math.isfinite(result.predicted_gib), result.record_id
@@ -119,6 +133,18 @@ def test_result_does_not_degrade(results):
     assert summary.within_target >= WITHIN_TARGET_FLOOR, summary
     assert summary.mape <= MAPE_CEILING, summary
     assert WITHIN_TARGET == 0.10
+
+
+def test_runs_that_ran_out_of_memory_are_said_not_to_fit(results):
+    """Issue 13: a plan that would run out of memory must not be called feasible. BigScience's 02-25
+    benchmarks list three splits that stopped with OOM on 80 GB A100s (chronicles-prequel.md)."""
+    ran_out = [r for r in results if r.measures == OUT_OF_MEMORY]
+    assert len(ran_out) >= 3
+    for result in ran_out:
+        assert result.fits is False, (result.record_id, result.peak_gib)
+    summary = summarize(results)
+    assert summary.out_of_memory == len(ran_out) and summary.false_fit == 0
+    assert summary.false_out_of_memory == 0  # and none of the runs that ran is said not to fit
 
 
 def test_report_lists_every_record(results):
