@@ -451,8 +451,11 @@ class StackFacts(BaseModel):
     selective_recompute: Literal["attention", "op"] = Field(
         description="what selective recomputation keeps: attention (recompute the attention core, Megatron) or op (torchtitan's per-op policy)"
     )
-    grad_reduce: Literal["half", "fp32", "fp32_for_bf16"] = Field(
-        description="dtype of the gradients held and reduced over data parallelism (fp32_for_bf16: fp32 when parameters are bf16)"
+    grad_reduce: Literal["half", "fp32", "fp32_for_bf16", "fp32_beside_half"] = Field(
+        description=(
+            "dtype of the gradients held and reduced over data parallelism (fp32_for_bf16: fp32 when parameters are bf16; "
+            "fp32_beside_half: DeepSpeed's BF16_Optimizer, the 16-bit gradients beside an fp32 accumulation buffer)"
+        )
     )
     loss_dtype: Literal["fp32", "half"] = Field(description="dtype the cross entropy computes in (its memory at the loss)")
     loss_kernel: Literal["fused", "compiled", "eager", "in_place"] = Field(

@@ -74,9 +74,12 @@ class Training(BaseModel):
             "(torchtitan: keep every other matmul's output and the attention kernel's); null: the stack's"
         ),
     )
-    grad_reduce: Literal["half", "fp32", "fp32_for_bf16"] | None = Field(
+    grad_reduce: Literal["half", "fp32", "fp32_for_bf16", "fp32_beside_half"] | None = Field(
         None,
-        description="dtype of the gradients held and reduced over data parallelism (fp32_for_bf16: fp32 when parameters are bf16); null: the stack's",
+        description=(
+            "dtype of the gradients held and reduced over data parallelism (fp32_for_bf16: fp32 when parameters are bf16; "
+            "fp32_beside_half: DeepSpeed's BF16_Optimizer, the 16-bit gradients beside an fp32 accumulation buffer); null: the stack's"
+        ),
     )
     loss_dtype: Literal["fp32", "half"] | None = Field(None, description="dtype the cross entropy computes in; null: the stack's")
     loss_kernel: Literal["fused", "compiled", "eager", "in_place"] | None = Field(

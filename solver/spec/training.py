@@ -93,12 +93,19 @@ class GradReduce(str, Enum):
     sets ``accumulate_allreduce_grads_in_fp32`` for --bf16: "bfloat16 requires gradient
     accumulation and all-reduce to be done in fp32"; its gradient buffer, ``main_grad``, is then
     fp32: Megatron-LM docs/source/distrib_optimizer.md counts 4 bytes of gradient per parameter
-    for bf16 parameters).
+    for bf16 parameters). FP32_BESIDE_HALF: DeepSpeed's BF16_Optimizer, Megatron-DeepSpeed's bf16
+    path from BigScience's 2022 fork on (deepspeed/runtime/bf16_optimizer.py, merged in #1801):
+    a flat fp32 gradient of every parameter of the stage, not sharded over data parallelism, into
+    which each micro-batch's 16-bit gradients are accumulated, while the pipeline engine keeps
+    those 16-bit gradients until the next backward (``update_hp_grads(clear_lp_grads=False)``):
+    2 + 4 bytes per parameter (BigScience's chronicles: "The additional memory usage is 4bytes x
+    params and it's not sharded across gpus").
     """
 
     HALF = "half"
     FP32 = "fp32"
     FP32_FOR_BF16 = "fp32_for_bf16"
+    FP32_BESIDE_HALF = "fp32_beside_half"
 
 
 class LossDtype(str, Enum):
@@ -456,7 +463,8 @@ class TrainingSpec:
     def grad_bytes_per_param(self) -> int:
         """Bytes of gradient memory per parameter, beside the 16-bit weights and the optimizer's
         fp32 master copy (``GradReduce``): 4 where Megatron keeps an fp32 ``main_grad`` buffer
-        (FP32_FOR_BF16 with bf16 parameters), else 2. FSDP's fp32 reduce (FP32) keeps fp32
+        (FP32_FOR_BF16 with bf16 parameters), 6 for DeepSpeed's BF16_Optimizer (FP32_BESIDE_HALF),
+        else 2. FSDP's fp32 reduce (FP32) keeps fp32
         sharded gradients, but its fp32 sharded parameters are the master copy and it holds no
         second one, so its states add up to the same 16 bytes per parameter as 2 + 2 + 12
         (PyTorch FSDP2 ``MixedPrecisionPolicy``: parameters sharded in their fp32 dtype, cast to
@@ -464,6 +472,8 @@ class TrainingSpec:
         (solver.cost.schedule): an fp32 reduce alone, without collectives that use every NIC of a
         node, makes cross-node FSDP runs pessimistic (llm-foundry MPT-70B on 64 A100-40GB:
         -23.5% -> -42.5%)."""
+        if self.grad_reduce is GradReduce.FP32_BESIDE_HALF:
+            return 2 + 4  # DeepSpeed's BF16_Optimizer: the 16-bit gradients and the fp32 accumulation buffer
         fp32_main_grad = self.grad_reduce is GradReduce.FP32_FOR_BF16 and self.precision is not Precision.FP16
         return 4 if fp32_main_grad else 2
 
