@@ -60,11 +60,34 @@ def test_nic_aggregation_is_capped_by_nvlink_and_by_members():
 
 def test_tensor_parallel_group_spanning_two_nodes():
     """vTrain's tp = 16 rows (two 8-GPU A100 nodes per TP group): each node holds 8 members, so the
-    TP all-reduce crosses on 8 NICs, 8x one GPU's share, at the network's latency."""
+    TP all-reduce crosses on 8 NICs, 8x one GPU's share, its steps between the nodes at the
+    network's latency and the rest at NVLink's."""
     cluster = node_cluster("dgx-a100-80gb", 64)
     assert tp_link(cluster, 8) == intra_node_link(cluster)
     assert tp_link(cluster, 16).bytes_per_s == pytest.approx(8 * inter_node_link(cluster).bytes_per_s)
     assert tp_link(cluster, 16).latency_s == inter_node_link(cluster).latency_s
+    assert tp_link(cluster, 16).intra_latency_s == intra_node_link(cluster).latency_s
+
+
+def test_only_the_steps_between_domains_pay_the_network_latency():
+    """NCCL's tuning model (NVIDIA/nccl src/graph/tuning.cc): a ring all-reduce over nRanks ranks on
+    nNodes nodes takes 2 (nRanks - 1) steps, of which 2 (nNodes - 1) cross between nodes and pay
+    the network's latency, the others the intra-node hop's; reduce-scatter and all-gather take
+    nRanks - 1 steps with nNodes - 1 crossings. A ring of one member per node crosses on every
+    step."""
+    from solver.cost.comm import reduce_scatter_s
+
+    cluster = node_cluster("dgx-a100-80gb", 64)
+    intra, inter = intra_node_link(cluster).latency_s, inter_node_link(cluster).latency_s
+    assert inter > intra > 0
+    tp16 = tp_link(cluster, 16)  # two whole nodes
+    assert all_reduce_s(0.0, 16, tp16) == pytest.approx(28 * intra + 2 * inter)
+    assert reduce_scatter_s(0.0, 16, tp16) == pytest.approx(14 * intra + 1 * inter)
+    tp32 = tp_link(cluster, 32)  # four whole nodes
+    assert all_reduce_s(0.0, 32, tp32) == pytest.approx(56 * intra + 6 * inter)
+    one_per_node = group_link(cluster, 1, 8)
+    assert all_reduce_s(0.0, 8, one_per_node) == pytest.approx(14 * inter)
+    assert all_reduce_s(0.0, 8, tp_link(cluster, 8)) == pytest.approx(14 * intra)  # inside one node
 
 
 def test_point_to_point_and_all_to_all_do_not_aggregate_nics():

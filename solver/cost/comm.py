@@ -22,6 +22,22 @@ from solver.spec.hardware import ClusterSpec
 class Link:
     bytes_per_s: float  # effective: spec bandwidth x bus efficiency
     latency_s: float
+    # A ring over several whole NVLink domains (``group_link``): only the steps that cross from one
+    # domain to the next pay ``latency_s``, the others the NVLink hop's ``intra_latency_s`` (NCCL's
+    # tuning model, src/graph/tuning.cc: a ring all-reduce has 2 (nNodes - 1) inter-node steps of its
+    # 2 (nRanks - 1), reduce-scatter and all-gather nNodes - 1 of nRanks - 1). 0: every step pays
+    # ``latency_s`` (inside one domain, or one member per domain).
+    domains: int = 0
+    intra_latency_s: float = 0.0
+
+
+def _ring_latency_s(link: Link, steps: int, inter_steps: int) -> float:
+    """The step latencies of one ring collective of ``steps`` steps, ``inter_steps`` of which
+    cross between domains when the link spans several (``Link.domains``)."""
+    if link.domains <= 1:
+        return steps * link.latency_s
+    inter = min(steps, inter_steps)
+    return (steps - inter) * link.intra_latency_s + inter * link.latency_s
 
 
 def intra_node_link(cluster: ClusterSpec) -> Link:
@@ -36,7 +52,8 @@ def all_reduce_s(message_bytes: float, ranks: int, link: Link) -> float:
     """Ring all-reduce of ``message_bytes`` (each rank's full buffer)."""
     if ranks <= 1:
         return 0.0
-    return 2 * (ranks - 1) / ranks * message_bytes / link.bytes_per_s + 2 * (ranks - 1) * link.latency_s
+    latency_s = _ring_latency_s(link, 2 * (ranks - 1), 2 * (link.domains - 1))
+    return 2 * (ranks - 1) / ranks * message_bytes / link.bytes_per_s + latency_s
 
 
 def reduce_scatter_s(message_bytes: float, ranks: int, link: Link, collectives: float = 1) -> float:
@@ -45,7 +62,8 @@ def reduce_scatter_s(message_bytes: float, ranks: int, link: Link, collectives: 
     n - 1 step latencies)."""
     if ranks <= 1:
         return 0.0
-    return (ranks - 1) / ranks * message_bytes / link.bytes_per_s + collectives * (ranks - 1) * link.latency_s
+    latency_s = _ring_latency_s(link, ranks - 1, link.domains - 1)
+    return (ranks - 1) / ranks * message_bytes / link.bytes_per_s + collectives * latency_s
 
 
 def all_gather_s(message_bytes: float, ranks: int, link: Link, collectives: float = 1) -> float:
@@ -72,8 +90,10 @@ def group_link(cluster: ClusterSpec, members_per_domain: int, domains: int) -> L
     with k members per domain crosses the network on k NICs at once: bus bandwidth k x the
     per-GPU NIC share, capped by the NVLink hop every ring also takes inside the domain,
     min(NVLink, k x per-GPU NIC share); one member per domain gets one NIC's share, the classic
-    ring bound. Every step of a ring that leaves the domain pays the network latency (NCCL's
-    tuning model, src/graph/tuning.cc, charges a ring step its slowest hop's latency). Sources:
+    ring bound. Of the ring's steps, those that go from one domain to the next pay the network's
+    latency and the rest the NVLink hop's (NCCL's tuning model, src/graph/tuning.cc: a ring
+    all-reduce over nNodes nodes has 2 (nNodes - 1) inter-node steps of its 2 (nRanks - 1); it
+    charges those the network's latency and the others the intra-node one). Sources:
     NCCL's topology search gives each channel its own NIC (NVIDIA/nccl src/graph/search.cc);
     nccl-tests#119 measures 85-96 GB/s of all-reduce bus bandwidth over 3 whole nodes of 8 A100
     with 4 HDR NICs each (100 GB/s of NICs per node), where one NIC's share would be 12.5 GB/s.
@@ -87,7 +107,9 @@ def group_link(cluster: ClusterSpec, members_per_domain: int, domains: int) -> L
         return intra
     inter = inter_node_link(cluster)
     nics = max(1, min(members_per_domain, cluster.domain_gpus))
-    return Link(min(intra.bytes_per_s, nics * inter.bytes_per_s), inter.latency_s)
+    if members_per_domain <= 1:  # every step of the ring crosses between domains
+        return Link(min(intra.bytes_per_s, nics * inter.bytes_per_s), inter.latency_s)
+    return Link(min(intra.bytes_per_s, nics * inter.bytes_per_s), inter.latency_s, domains, intra.latency_s)
 
 
 def tp_link(cluster: ClusterSpec, tp_size: int) -> Link:
