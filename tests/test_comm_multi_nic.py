@@ -15,6 +15,7 @@ from solver.cost.comm import (
     all_reduce_s,
     all_to_all_s,
     cp_link,
+    data_parallel_collective_s,
     group_link,
     inter_node_link,
     intra_node_link,
@@ -88,6 +89,13 @@ def test_only_the_steps_between_domains_pay_the_network_latency():
     one_per_node = group_link(cluster, 1, 8)
     assert all_reduce_s(0.0, 8, one_per_node) == pytest.approx(14 * inter)
     assert all_reduce_s(0.0, 8, tp_link(cluster, 8)) == pytest.approx(14 * intra)  # inside one node
+    # A data-parallel ring of 16 ranks, 8 per node, counts its steps the same way (one NIC's
+    # bandwidth per GPU, data_parallel_collective_s); 8 nodes of one member each cross on every step.
+    message = 1e9
+    inter_bw = inter_node_link(cluster).bytes_per_s
+    assert data_parallel_collective_s(cluster, 1, 16, message, "all_reduce") == pytest.approx(
+        2 * 15 / 16 * message / inter_bw + 28 * intra + 2 * inter)
+    assert data_parallel_collective_s(cluster, 8, 8, message, "all_gather") == pytest.approx(7 / 8 * message / inter_bw + 7 * inter)
 
 
 def test_point_to_point_and_all_to_all_do_not_aggregate_nics():

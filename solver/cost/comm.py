@@ -210,13 +210,16 @@ def data_parallel_collective_s(
     bound, and it is what measured ZeRO-3 scaling shows: Narayanan et al. 2021 Table 2 gets
     144, 88 and 44 TFLOP/s per GPU on 384, 768 and 1536 A100s at a fixed batch, a step time that
     stays near 69 s once parameter gathers dominate, i.e. about 20 GB/s per GPU for 4 x 2*Psi
-    bytes. ``kind`` is 'all_reduce', 'reduce_scatter' or 'all_gather'.
+    bytes. Of the ring's steps only those between nodes pay the network's latency (``Link.domains``,
+    NCCL's tuning model). ``kind`` is 'all_reduce', 'reduce_scatter' or 'all_gather'.
     """
     ranks = dp_size * cp_size
     if ranks <= 1 or message_bytes <= 0:
         return 0.0
-    _, domains = dp_group_layout(cluster, tp_size, dp_size, cp_size)
+    per_domain, domains = dp_group_layout(cluster, tp_size, dp_size, cp_size)
     link = intra_node_link(cluster) if domains == 1 else inter_node_link(cluster)
+    if domains > 1 and per_domain > 1:  # only the ring's steps between domains pay the network's latency (Link.domains)
+        link = Link(link.bytes_per_s, link.latency_s, domains, intra_node_link(cluster).latency_s)
     if kind == "all_reduce":
         return all_reduce_s(message_bytes, ranks, link)
     if kind in ("reduce_scatter", "all_gather"):
