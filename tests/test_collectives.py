@@ -9,7 +9,7 @@ import pytest
 
 import catalog
 from conftest import node_cluster
-from solver.cost.comm import inter_node_link, overlapped_exposed_s
+from solver.cost.comm import inter_node_link, intra_node_link, overlapped_exposed_s
 from solver.cost.evaluate import evaluate
 from solver.spec.parallel import ParallelConfig
 from solver.spec.training import Precision, Recompute, TrainingSpec, Zero3Collectives, ZeroStage
@@ -31,7 +31,9 @@ def test_overlapped_compute_pays_its_slowdown():
 def test_zero3_per_tensor_collectives_pay_ring_latency_per_tensor():
     """DeepSpeed v0.3.x gathers and reduce-scatters each parameter tensor on its own (12 per GPT
     layer) and waits for each on the compute stream; the step then carries every gather and
-    reduce-scatter in full, and each call pays the ring's n - 1 step latencies."""
+    reduce-scatter in full, and each call pays the ring's n - 1 step latencies: the 31 steps
+    between the 32 nodes at the network's latency, the other 224 at NVLink's (NCCL's tuning
+    model, src/graph/tuning.cc)."""
     cluster = node_cluster("dgx-a100-80gb", 256)
     model = catalog.get_model("gpt3-1.3b")
     par = ParallelConfig(256, 1, 1, ZeroStage.OS_G_P, 1, Recompute.NONE)
@@ -43,7 +45,7 @@ def test_zero3_per_tensor_collectives_pay_ring_latency_per_tensor():
     # Serial per-layer collectives: two gathers and one reduce-scatter, each per layer.
     exposed_serial = ev["serial"].breakdown_s["dp_comm_exposed_s"]
     exposed_tensor = ev["tensor"].breakdown_s["dp_comm_exposed_s"]
-    per_call_s = 255 * inter_node_link(cluster).latency_s
+    per_call_s = 31 * inter_node_link(cluster).latency_s + 224 * intra_node_link(cluster).latency_s
     calls_per_layer = 12
     layers = model.num_layers
     # The per-tensor extra latency: 3 passes x (calls - layer-wise calls) x per-call latency.
