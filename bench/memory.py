@@ -207,9 +207,14 @@ def evaluate_all(records: list[dict] | None = None) -> list[MemoryResult]:
     return [evaluate_record(record) for record in (load_records() if records is None else records)]
 
 
+def ran_out_of_memory(results: list[MemoryResult]) -> list[MemoryResult]:
+    """The evaluated records of runs that ran out of memory (OUT_OF_MEMORY)."""
+    return [r for r in results if r.measures == OUT_OF_MEMORY and not r.skipped]
+
+
 def summarize(results: list[MemoryResult]) -> Summary:
     scored = [r for r in results if r.error is not None]
-    ran_out = [r for r in results if r.measures == OUT_OF_MEMORY and not r.skipped]
+    ran_out = ran_out_of_memory(results)
     errors = [r.error for r in scored if r.error is not None]
     worst = max(scored, key=lambda r: abs(r.error or 0.0))
     return Summary(
@@ -269,7 +274,7 @@ def report_lines(results: list[MemoryResult]) -> list[str]:
             f"{r.record_id:{width}s} {r.measures:15s} {r.measured_gib:8.2f} {r.predicted_gib:9.2f} {r.error:+7.1%} "
             f"{'yes' if r.fits else 'NO':>4s}  {parts}"
         )
-    ran_out = [r for r in results if r.measures == OUT_OF_MEMORY and not r.skipped]
+    ran_out = ran_out_of_memory(results)
     if ran_out:
         lines += [
             "",

@@ -31,6 +31,16 @@ class Link:
     intra_latency_s: float = 0.0
 
 
+def _ring_link(cluster: ClusterSpec, bytes_per_s: float, members_per_domain: int, domains: int) -> Link:
+    """A ring at ``bytes_per_s`` over ``domains`` NVLink domains with ``members_per_domain`` ranks
+    in each: with one member per domain every step crosses between domains at the network's
+    latency; with more, only the steps between domains do (``Link.domains``)."""
+    inter = inter_node_link(cluster)
+    if members_per_domain <= 1:
+        return Link(bytes_per_s, inter.latency_s)
+    return Link(bytes_per_s, inter.latency_s, domains, intra_node_link(cluster).latency_s)
+
+
 def _ring_latency_s(link: Link, steps: int, inter_steps: int) -> float:
     """The step latencies of one ring collective of ``steps`` steps, ``inter_steps`` of which
     cross between domains when the link spans several (``Link.domains``)."""
@@ -107,9 +117,7 @@ def group_link(cluster: ClusterSpec, members_per_domain: int, domains: int) -> L
         return intra
     inter = inter_node_link(cluster)
     nics = max(1, min(members_per_domain, cluster.domain_gpus))
-    if members_per_domain <= 1:  # every step of the ring crosses between domains
-        return Link(min(intra.bytes_per_s, nics * inter.bytes_per_s), inter.latency_s)
-    return Link(min(intra.bytes_per_s, nics * inter.bytes_per_s), inter.latency_s, domains, intra.latency_s)
+    return _ring_link(cluster, min(intra.bytes_per_s, nics * inter.bytes_per_s), members_per_domain, domains)
 
 
 def tp_link(cluster: ClusterSpec, tp_size: int) -> Link:
@@ -217,9 +225,7 @@ def data_parallel_collective_s(
     if ranks <= 1 or message_bytes <= 0:
         return 0.0
     per_domain, domains = dp_group_layout(cluster, tp_size, dp_size, cp_size)
-    link = intra_node_link(cluster) if domains == 1 else inter_node_link(cluster)
-    if domains > 1 and per_domain > 1:  # only the ring's steps between domains pay the network's latency (Link.domains)
-        link = Link(link.bytes_per_s, link.latency_s, domains, intra_node_link(cluster).latency_s)
+    link = intra_node_link(cluster) if domains == 1 else _ring_link(cluster, inter_node_link(cluster).bytes_per_s, per_domain, domains)
     if kind == "all_reduce":
         return all_reduce_s(message_bytes, ranks, link)
     if kind in ("reduce_scatter", "all_gather"):

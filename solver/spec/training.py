@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, IntEnum
 
-from solver.spec.errors import SpecError, check_positive_int
+from solver.spec.errors import SpecError, check_in_range, check_positive_int
 
 # A token budget up to 1e18 (about 60,000 times Llama 3's 15T): beyond it a time to train
 # overflows a float on the slowest hardware the specs admit.
@@ -450,10 +450,9 @@ class TrainingSpec:
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
                 raise SpecError(f"training.{name}", f"must be a whole number from 0 to {most:g}, got {value!r}")
         fraction = self.allocator_fragmentation_fraction
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= FRAGMENTATION_FRACTION_MAX:
-            raise SpecError(
-                "training.allocator_fragmentation_fraction", f"must be a number from 0 to {FRAGMENTATION_FRACTION_MAX:g}, got {fraction!r}"
-            )
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+            raise SpecError("training.allocator_fragmentation_fraction", f"must be a number, got {fraction!r}")
+        check_in_range("training.allocator_fragmentation_fraction", fraction, 0.0, FRAGMENTATION_FRACTION_MAX)
         if not 0.0 <= self.host_s_per_layer <= HOST_S_PER_LAYER_MAX:
             raise SpecError("training.host_s_per_layer", f"must be between 0 and {HOST_S_PER_LAYER_MAX:g} s, got {self.host_s_per_layer!r}")
         if self.train_tokens is not None and not 0 < self.train_tokens <= TRAIN_TOKENS_MAX:
