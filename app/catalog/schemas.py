@@ -498,6 +498,9 @@ class StackFacts(BaseModel):
     allocator_fragmentation_fraction: float = Field(
         description="memory the caching allocator reserves beyond its allocated peak, as a fraction of that peak (max reserved / max allocated - 1)"
     )
+    kv_head_subsharding: bool = Field(
+        description="tensor parallelism may exceed the KV heads (any multiple of them): the QKV activations are all-gathered over the TP group and sliced"
+    )
 
 
 class StackFactSources(BaseModel):
@@ -528,6 +531,7 @@ class StackFactSources(BaseModel):
     step_grad_copy_bytes_per_param: str
     optimizer_sub_group_params: str
     allocator_fragmentation_fraction: str
+    kv_head_subsharding: str
 
 
 class StackEntry(BaseModel):

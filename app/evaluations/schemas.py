@@ -143,6 +143,14 @@ class Training(BaseModel):
             "(max_memory_reserved / max_memory_allocated - 1, measured on the stack); null: the stack's"
         ),
     )
+    kv_head_subsharding: Flag | None = Field(
+        None,
+        description=(
+            "tensor parallelism may be any multiple of the model's KV heads, wider than them: each rank all-gathers the QKV "
+            "activations over the TP group and keeps its KV group's slice (Megatron-core 0.16+); false: tp must divide the KV heads; "
+            "null: the stack's"
+        ),
+    )
     # Megatron-core's --recompute-modules (solver.spec.training.RecomputeModule): what a selectively
     # recomputed layer recomputes where the stack's selective mode is "attention".
     recompute_modules: list[Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act"]] | None = Field(

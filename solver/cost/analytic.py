@@ -174,6 +174,19 @@ def _activation_all_reduce_s(cluster: ClusterSpec, tokens: float, hidden_size: i
     return all_reduce_s(BYTES_16BIT * tokens * hidden_size, tp_size, tp_link(cluster, tp_size))
 
 
+def qkv_subshard_gather_s(model: ModelSpec, cluster: ClusterSpec, tokens: float, tp_size: int) -> float:
+    """The QKV collectives of tensor parallelism wider than the KV heads (``kv_head_subsharding``;
+    0 where tp divides them). Megatron-core all-gathers every rank's 1/tp of the fused QKV
+    projection's output over the TP group before slicing out its KV group
+    (megatron/core/transformer/attention.py, ``get_query_key_value_tensors``:
+    ``all_gather_last_dim_from_tensor_parallel_region``), and backward reduce-scatters the
+    gradient of the same tensor: together the volume of one all-reduce of tokens x (q + 2 kv) 16-bit
+    values, outside Transformer Engine's overlapped GEMM collectives."""
+    if model.num_kv_heads % tp_size == 0:
+        return 0.0
+    return all_reduce_s(BYTES_16BIT * tokens * (model.q_width + 2 * model.kv_hidden_size), tp_size, tp_link(cluster, tp_size))
+
+
 def _attention_core_s(
     model: ModelSpec, gpu: GpuSpec, training: TrainingSpec, heads_local: float, s: int, elementwise: ElementwiseCost,
     cp_size: int = 1,
@@ -451,6 +464,7 @@ def _layer_profile(
     tp_comm_s = 4 * _activation_all_reduce_s(cluster, tokens, h, t)
     if training.tp_comm_overlap:
         tp_comm_s = overlapped_exposed_s(tp_comm_s, (1 + BACKWARD_TO_FORWARD) * gemm_forward_s, gpu.overlap_slowdown)
+    tp_comm_s += qkv_subshard_gather_s(model, cluster, tokens, t)
 
     cp_comm_s = cp_comm_exposed_s(
         cluster, ring_exchange_bytes(model, shape, s), cp, t, attention_forward_s, attention_backward_s
@@ -577,6 +591,7 @@ def _mla_layer(standard: LayerProfile, cost: MlaCost, up_proj_recompute: bool = 
 
 def _moe_layer(
     dense: LayerProfile, cost: MoeMlpCost, gpu: GpuSpec, precision: Precision, ep_comm_overlap: bool, act_recompute: bool = False,
+    qkv_gather_s: float = 0.0,
 ) -> LayerProfile:
     """An MoE layer: the dense layer of the same shape with its MLP swapped for the router,
     shared and routed experts, and the dispatch and combine all-to-alls added
@@ -605,8 +620,9 @@ def _moe_layer(
         selective_activation_bytes=dense.selective_activation_bytes + kept - (int(cost.act_output_bytes) if act_recompute else 0),
         selective_recompute_s=dense.selective_recompute_s + (cost.act_recompute_s if act_recompute else 0.0),
         # The dense layer's four equal TP collectives, two of them its MLP's, which the MoE MLP's
-        # own replace (exposed as ``training.tp_comm_overlap`` left them: half of its figure).
-        tp_comm_s=dense.tp_comm_s / 2 + cost.tp_comm_s,
+        # own replace (exposed as ``training.tp_comm_overlap`` left them: half of its figure); the
+        # attention's QKV gather of ``qkv_subshard_gather_s`` (``qkv_gather_s``) stays whole.
+        tp_comm_s=(dense.tp_comm_s - qkv_gather_s) / 2 + qkv_gather_s + cost.tp_comm_s,
         ep_comm_s=ep_comm_exposed_s(cost.ep_comm_s, forward_s + backward_s, ep_comm_overlap, gpu.overlap_slowdown),
         parameter_count=cost.parameter_count,
         expert_parameter_count=cost.expert_parameter_count,
@@ -896,7 +912,10 @@ def analytic_layers(
             shape.expert_tp_size, MOE_ACT_INPUT_BYTES[training.moe_act_input_dtype],
         )
         moe_act = RecomputeModule.MOE_ACT in _recompute_modules(training)
-        moe_layer = _moe_layer(layer, cost, cluster.gpu, training.precision, training.ep_comm_overlap, moe_act)
+        moe_layer = _moe_layer(
+            layer, cost, cluster.gpu, training.precision, training.ep_comm_overlap, moe_act,
+            qkv_subshard_gather_s(model, cluster, tokens, shape.tp_size),
+        )
         blocks = tuple(moe_layer if moe else dense_layer for moe in _moe_layer_flags(model))
     else:
         blocks = (dense_layer,) * model.num_layers

@@ -24,7 +24,7 @@ from solver.search.request import Objective, SearchRequest
 from solver.search.result import SearchStats
 from solver.spec.dimensions import NvmeOffload, Offload
 from solver.spec.errors import SpecError
-from solver.spec.legality import check_structure, nvme_fits_offload, offload_zero_stage, placement_violations
+from solver.spec.legality import check_structure, nvme_fits_offload, offload_zero_stage, placement_violations, tp_splits_model
 from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.rules import Rule, Violation
 from solver.spec.training import Recompute, TrainingSpec, ZeroStage
@@ -672,7 +672,7 @@ def count_step_lower_bound_s(run: SearchRun, num_gpus: int) -> float:
     training, model = request.training, request.model
     best_s = float("inf")
     for tp in divisors(num_gpus):
-        if model.num_attention_heads % tp or model.num_kv_heads % tp or model.ffn_hidden_size % tp:
+        if not tp_splits_model(model, training, tp):
             continue
         if request.cluster.domain_gpus % tp and not request.constraints.allow_tp_across_nodes:
             continue

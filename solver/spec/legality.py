@@ -33,6 +33,19 @@ def stage_layer_counts(model: ModelSpec, parallel: ParallelConfig) -> tuple[int,
     return parallel.stage_layers or uniform_partition(model.num_layers, parallel.num_chunks)
 
 
+def kv_heads_split(model: ModelSpec, training: TrainingSpec, tp_size: int) -> bool:
+    """Whether ``tp_size`` ranks can share the model's KV heads: each holds whole ones (tp divides
+    them), or, on a stack that sub-shards the QKV activations (``training.kv_head_subsharding``,
+    Megatron-core 0.16+), tp is a multiple of them and each KV head serves tp / num_kv_heads ranks."""
+    kv = model.num_kv_heads
+    return kv % tp_size == 0 or (training.kv_head_subsharding and tp_size % kv == 0)
+
+
+def tp_splits_model(model: ModelSpec, training: TrainingSpec, tp_size: int) -> bool:
+    """Whether tensor parallelism of ``tp_size`` splits the model's heads, KV heads and MLP evenly."""
+    return not (model.num_attention_heads % tp_size or model.ffn_hidden_size % tp_size) and kv_heads_split(model, training, tp_size)
+
+
 def check_structure(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig, num_gpus: int
 ) -> None:
@@ -54,8 +67,10 @@ def check_structure(
         ("ffn_hidden_size", model.ffn_hidden_size),
         ("moe_ffn_hidden_size", model.moe_ffn_hidden_size if model.is_moe else tp),
     ):
-        if value % tp:
-            raise SpecError("parallel.tp_size", f"tp_size {tp} does not divide {what}={value}", Rule(f"tp_divides_{what}"))
+        # KV heads: tp may also be a multiple of them where the stack sub-shards the QKV activations.
+        if value % tp and not (what == "num_kv_heads" and kv_heads_split(model, training, tp)):
+            more = " nor is a multiple of it (training.kv_head_subsharding)" if what == "num_kv_heads" and training.kv_head_subsharding else ""
+            raise SpecError("parallel.tp_size", f"tp_size {tp} does not divide {what}={value}{more}", Rule(f"tp_divides_{what}"))
     _check_context_parallel(training, parallel)
     _check_expert_parallel(model, parallel)
     _check_offload(cluster, parallel)

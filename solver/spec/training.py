@@ -419,6 +419,13 @@ class TrainingSpec:
     # property of how the stack allocates (block rounding and splitting, the side streams it frees
     # on, expandable segments or not), measured as max_memory_reserved / max_memory_allocated - 1.
     allocator_fragmentation_fraction: float = DEFAULT_FRAGMENTATION_FRACTION
+    # Whether the stack runs tensor parallelism wider than the model's KV heads by sub-sharding the
+    # QKV activations: each rank computes its 1/tp of the fused QKV projection, all-gathers the
+    # result over the TP group and keeps its KV group's slice and its own query heads, so tp may be
+    # any multiple of the KV heads (NVIDIA/Megatron-LM f7dfb9979, #2565, in Megatron-core 0.16.0 on:
+    # megatron/core/transformer/attention.py, ``num_query_groups < world_size``). False: tp must
+    # divide the KV heads, each rank holding whole ones.
+    kv_head_subsharding: bool = False
 
     def __post_init__(self) -> None:
         check_positive_int("training.global_batch_size", self.global_batch_size)
@@ -443,8 +450,9 @@ class TrainingSpec:
                 "training.recompute_modules", f"must list some of {', '.join(m.value for m in RecomputeModule)}, got {self.recompute_modules!r}"
             ) from None
         object.__setattr__(self, "recompute_modules", modules)
-        if not isinstance(self.launch_blocking, bool):
-            raise SpecError("training.launch_blocking", f"must be true or false, got {self.launch_blocking!r}")
+        for flag in ("launch_blocking", "kv_head_subsharding"):
+            if not isinstance(getattr(self, flag), bool):
+                raise SpecError(f"training.{flag}", f"must be true or false, got {getattr(self, flag)!r}")
         for name, most in (("step_grad_copy_bytes_per_param", STEP_GRAD_COPY_BYTES_MAX), ("optimizer_sub_group_params", SUB_GROUP_PARAMS_MAX)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
