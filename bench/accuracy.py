@@ -9,7 +9,8 @@ the mean absolute percentage error (MAPE).
 First the headline: the 22 records the bench held before it grew (``headline`` in
 run_inputs.json), which tests/test_accuracy.py guards. Then the grown bench (with the Blackwell
 runs of bench/data/published_runs_blackwell.json and the mixture-of-experts runs of
-bench/data/published_runs_moe.json, issue 16): every other record row by row, a
+bench/data/published_runs_moe.json, issue 16, and of bench/data/published_runs_aws.json, AWS's
+Qwen3 runs on EFA): every other record row by row, a
 table per family (a family is a source: megatron2021, bloom, mbridge-gb300, vtrain, ...) with n,
 MAPE, signed mean error and worst run, vTrain's per-model Spearman rank correlation of iteration
 times, and the records the planner cannot express, each with its reason (a to-do list).
@@ -98,6 +99,13 @@ def load_moe_records() -> list[dict]:
     and Megatron-Bridge performance summaries: Mixtral, Llama 4 Scout and DeepSeek-V3 on H100 and
     Blackwell; DeepSeek-V3's own report; issue 16), each naming its catalog model and ``ep``."""
     return list(json.loads((DATA / "published_runs_moe.json").read_text())["runs"])
+
+
+def load_aws_records() -> list[dict]:
+    """The published MoE step times on AWS EFA clusters (AWS's Megatron-Bridge dispatcher
+    comparison, NCCL all-to-all arm: Qwen3-30B-A3B on H100, Qwen3-235B-A22B on B300), each naming
+    its catalog model and ``ep``; the held-out family aws-qwen3."""
+    return list(json.loads((DATA / "published_runs_aws.json").read_text())["runs"])
 
 
 def load_inputs() -> dict:
@@ -430,8 +438,8 @@ def evaluate_all() -> list[RunResult]:
 
 def bench_records() -> list[dict]:
     """Every record of the grown bench: the published runs, the Blackwell runs, the H100 runs of
-    the same summary, the MoE runs, then vTrain's public rows."""
-    return load_records() + load_blackwell_records() + load_h100_records() + load_moe_records() + vtrain.load_records()
+    the same summary, the MoE runs, AWS's MoE runs, then vTrain's public rows."""
+    return load_records() + load_blackwell_records() + load_h100_records() + load_moe_records() + load_aws_records() + vtrain.load_records()
 
 
 def evaluate_bench() -> list[RunResult]:
@@ -527,7 +535,7 @@ def print_grown_bench(results: list[RunResult], headline: set[str]) -> None:
         f"families above 12%: {', '.join(over_12) or 'none'}; "
         f"worst run {max(abs(row.worst_error) for row in rows):.1%} (target <= 25%)"
     )
-    for kind, records in (("Blackwell", load_blackwell_records()), ("Mixture of experts", load_moe_records())):
+    for kind, records in (("Blackwell", load_blackwell_records()), ("Mixture of experts", load_moe_records() + load_aws_records())):
         ids = {record["id"] for record in records}
         kind_rows = family_table([r for r in results if r.run_id in ids])[:-1]
         print(

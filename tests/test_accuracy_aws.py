@@ -1,0 +1,73 @@
+"""AWS's Qwen3 runs on EFA (bench/data/published_runs_aws.json, family aws-qwen3): Megatron-Bridge
+0.4.2 on Megatron-Core 0.17.1 with the NCCL all-to-all dispatcher, tp 8 above Qwen3's 4 KV heads.
+Held out: transcribed after the fact they need (kv_head_subsharding) and before any mechanism was
+checked against them."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.accuracy import _candidates, _model_for, evaluate_bench, family_table, load_aws_records, load_inputs, record_settings, training_for
+
+# (tp, pp, ep, micro-batch, global batch, GPUs, measured mean step s) as RESULTS.md prints them.
+PUBLISHED = {
+    "p5-h100-qwen3-30b-a3b-64gpu-ep16-mb4": (8, 4, 16, 4, 256, 64, 8.60),
+    "p5-h100-qwen3-30b-a3b-64gpu-ep16-mb1": (8, 4, 16, 1, 256, 64, 27.89),
+    "p5-h100-qwen3-30b-a3b-64gpu-ep16-mb4-a2a-overlap": (8, 4, 16, 4, 256, 64, 6.87),
+    "p5-h100-qwen3-30b-a3b-64gpu-ep32-mb4": (8, 2, 32, 4, 256, 64, 9.24),
+    "p5-h100-qwen3-30b-a3b-64gpu-ep32-mb1": (8, 2, 32, 1, 256, 64, 27.14),
+    "p5-h100-qwen3-30b-a3b-64gpu-ep32-mb4-a2a-overlap": (8, 2, 32, 4, 256, 64, 6.29),
+    "p6-b300-qwen3-235b-a22b-64gpu-ep32-mb4": (8, 2, 32, 4, 256, 64, 15.76),
+    "p6-b300-qwen3-235b-a22b-64gpu-ep32-mb1": (8, 2, 32, 1, 256, 64, 33.36),
+    "p6-b300-qwen3-235b-a22b-64gpu-ep32-mb4-a2a-overlap": (8, 2, 32, 4, 256, 64, 10.90),
+    "p6-b300-qwen3-235b-a22b-64gpu-ep16-mb4": (8, 4, 16, 4, 256, 64, 12.21),
+    "p6-b300-qwen3-235b-a22b-64gpu-ep16-mb1": (8, 4, 16, 1, 256, 64, 34.17),
+    "p6-b300-qwen3-235b-a22b-64gpu-ep16-mb4-a2a-overlap": (8, 4, 16, 4, 256, 64, 10.53),
+    "p6-b300-qwen3-235b-a22b-32gpu-ep16-mb4-full": (8, 2, 16, 4, 128, 32, 15.18),
+    "p6-b300-qwen3-235b-a22b-32gpu-ep16-mb1-full": (8, 2, 16, 1, 128, 32, 46.81),
+    "p6-b300-qwen3-235b-a22b-32gpu-ep32-mb4-full": (8, 1, 32, 4, 128, 32, 22.20),
+    "p6-b300-qwen3-235b-a22b-32gpu-ep32-mb1-full": (8, 1, 32, 1, 128, 32, 45.45),
+}
+
+
+@pytest.fixture(scope="module")
+def aws_results():
+    ids = {record["id"] for record in load_aws_records()}
+    return {r.run_id: r for r in evaluate_bench() if r.run_id in ids}
+
+
+def test_every_row_is_transcribed_and_evaluated_as_published(aws_results):
+    records = load_aws_records()
+    assert [record["id"] for record in records] == [f"moe-aws-qwen3-{key}" for key in PUBLISHED]
+    inputs = load_inputs()
+    for record in records:
+        tp, pp, ep, micro_batch, global_batch, gpus, step_s = PUBLISHED[record["id"].removeprefix("moe-aws-qwen3-")]
+        par = record["parallel"]
+        assert (par["tp"], par["pp"], par["ep"], par["micro_batch"], par["global_batch"], record["cluster"]["gpus"]) == (
+            tp, pp, ep, micro_batch, global_batch, gpus
+        )
+        assert record["measured"]["iteration_time_s"] == step_s
+        settings = record_settings(record, inputs)
+        assert settings["family"] == "aws-qwen3" and settings["stack"] == "megatron-core-2024" and settings["why"]
+        model = _model_for(record, settings)
+        assert model is not None and model.num_kv_heads == 4 < tp  # tp above the KV heads: the stack sub-shards QKV
+        training = training_for(record, settings, model)
+        assert training.kv_head_subsharding and not training.tp_comm_overlap
+        overlapped = record["id"].endswith("a2a-overlap")
+        assert training.ep_comm_overlap is overlapped
+        # The overlapped B300 runs rounded 94 layers up to 96 for pp x vp 2; the others keep the recipe's.
+        assert model.num_layers == (96 if overlapped and "235b" in record["id"] else 48 if "30b" in record["id"] else 94)
+        for parallel in _candidates(record, settings, model, training.global_batch_size):
+            assert (parallel.tp_size, parallel.pp_size, parallel.ep_size, parallel.expert_tp_size) == (tp, pp, ep, 1)
+            assert parallel.micro_batch_size == micro_batch and parallel.virtual_stages == (2 if overlapped else 1)
+        result = aws_results[record["id"]]
+        assert not result.skipped and result.measured == step_s and result.predicted is not None and result.predicted > 0
+        assert "INFEASIBLE" not in result.filled
+
+
+def test_the_family_stands_in_the_bench_table(aws_results):
+    (row,) = [row for row in family_table(list(aws_results.values())) if row.family == "aws-qwen3"]
+    assert row.count == 16
+    # Every row runs slower than the model says: the all-to-all dispatcher's host time per MoE
+    # layer (docs/wip/README.md) is not costed. A mechanism that costs it must narrow this.
+    assert all(r.error is not None and r.error > 0 for r in aws_results.values())
