@@ -57,7 +57,7 @@ CLUSTER_OPTIONAL = (
 # What a software stack sets (data/stacks.json "facts"): TrainingSpec fields, by name.
 STACK_FACTS = (
     "flash_attention", "fused_kernels", "overlap_grad_reduce", "zero3_collectives", "zero3_overlap",
-    "tp_comm_overlap", "overlap_p2p_comm", "host_s_per_layer", "selective_recompute",
+    "tp_comm_overlap", "overlap_p2p_comm", "host_s_per_layer", "moe_host_s_per_layer", "selective_recompute",
     "grad_reduce", "loss_dtype", "loss_kernel", "low_precision_saved_inputs", "ep_comm_overlap",
     "autocast_weights", "grad_bucket_copy", "loss_keeps_logits", "sp_saved_input", "expert_gemms", "flash_kernel",
     "step_grad_copy_bytes_per_param", "optimizer_sub_group_params", "allocator_fragmentation_fraction",

@@ -68,6 +68,10 @@ def test_every_row_is_transcribed_and_evaluated_as_published(aws_results):
 def test_the_family_stands_in_the_bench_table(aws_results):
     (row,) = [row for row in family_table(list(aws_results.values())) if row.family == "aws-qwen3"]
     assert row.count == 16
-    # Every row runs slower than the model says: the all-to-all dispatcher's host time per MoE
-    # layer (docs/wip/README.md) is not costed. A mechanism that costs it must narrow this.
-    assert all(r.error is not None and r.error > 0 for r in aws_results.values())
+    # With the alltoall dispatcher's host time per MoE layer costed (the stack's
+    # moe_host_s_per_layer, tests/test_moe_host_sync.py): 17%, from 157% without it. The
+    # micro-batch-4 runs stay optimistic (up to +69%): there the host and the GPU overlap less
+    # than the longer-of-the-two the model takes.
+    assert row.mape < 0.20
+    mb4 = [r for r in aws_results.values() if "-mb4" in r.run_id]
+    assert all(r.error is not None and r.error > -0.05 for r in mb4)

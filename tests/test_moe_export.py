@@ -100,9 +100,10 @@ def test_deepspeed_export_names_the_expert_parallelism_it_does_not_write():
 
 
 def test_megatron_core_exports_say_what_their_alltoall_dispatcher_means_for_the_plan():
-    """Megatron-LM and NeMo write the alltoall dispatcher (it needs no extra package); the plan
-    costs the all-to-alls as the flex dispatcher runs them, so both say so and name the backends
-    Megatron-Bridge's apply_flex_dispatcher_backend allows; a dense plan's exports say nothing of it."""
+    """Megatron-LM and NeMo write the alltoall dispatcher (it needs no extra package); a plan that
+    costs the all-to-alls as the flex dispatcher runs them says so, one that costs the alltoall
+    dispatcher's host sync says that, and both name the backends Megatron-Bridge's
+    apply_flex_dispatcher_backend allows; a dense plan's exports say nothing of it."""
     for fmt, framework in ((ExportFormat.MEGATRON, "Megatron-LM"), (ExportFormat.NEMO, "NeMo")):
         export = export_plan(PUBLISHED, fmt)
         (note,) = [n for n in export.notes if "dispatcher" in n]
@@ -110,5 +111,12 @@ def test_megatron_core_exports_say_what_their_alltoall_dispatcher_means_for_the_
         assert "deepep (Hopper, B200, B300)" in note and "hybridep (also GB200 / GB300 NVL72)" in note
         text = "\n".join(f.text for f in export.files)
         assert "alltoall" in text
+        assert "the plan costs them as the flex dispatcher runs them" in note
+        # A plan that costs the alltoall dispatcher's host sync (megatron-core-2024's measured
+        # moe_host_s_per_layer) runs as planned: the note says so and names flex as the way past it.
+        synced = dataclasses.replace(PUBLISHED, training=dataclasses.replace(PUBLISHED.training, moe_host_s_per_layer=0.0037))
+        (note,) = [n for n in export_plan(synced, fmt).notes if "dispatcher" in n]
+        assert "the plan costs that sync (3.7 ms of host work per MoE layer and forward pass" in note
+        assert "deepep (Hopper, B200, B300) or hybridep (also GB200 / GB300 NVL72)" in note
         dense = dataclasses.replace(PUBLISHED, model=catalog.get_model("llama3-8b"), parallel=dataclasses.replace(PUBLISHED.parallel, ep_size=1))
         assert not [n for n in export_plan(dense, fmt).notes if "dispatcher" in n]

@@ -448,6 +448,9 @@ class StackFacts(BaseModel):
     tp_comm_overlap: bool
     overlap_p2p_comm: bool
     host_s_per_layer: float = Field(description="host time per transformer layer and forward pass, s (0: not measured)")
+    moe_host_s_per_layer: float = Field(
+        description="host time per MoE layer and forward pass that the token dispatcher keeps in step with the GPU, s (0: not measured)"
+    )
     selective_recompute: Literal["attention", "op"] = Field(
         description="what selective recomputation keeps: attention (recompute the attention core, Megatron) or op (torchtitan's per-op policy)"
     )
@@ -516,6 +519,7 @@ class StackFactSources(BaseModel):
     tp_comm_overlap: str
     overlap_p2p_comm: str
     host_s_per_layer: str
+    moe_host_s_per_layer: str
     selective_recompute: str
     grad_reduce: str
     loss_dtype: str

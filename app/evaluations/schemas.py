@@ -67,6 +67,13 @@ class Training(BaseModel):
     host_s_per_layer: HostSeconds | None = Field(
         None, description="framework host time per transformer layer and forward pass, s (a layer takes the longer of it and its GPU work); null: the stack's"
     )
+    moe_host_s_per_layer: HostSeconds | None = Field(
+        None,
+        description=(
+            "host time per MoE layer and forward pass that the token dispatcher's host synchronisation keeps in step with the GPU, s "
+            "(Megatron-core's alltoall dispatcher; each MoE layer pass takes the longer of it and its GPU work); null: the stack's"
+        ),
+    )
     selective_recompute: Literal["attention", "op"] | None = Field(
         None,
         description=(

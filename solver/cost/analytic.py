@@ -589,9 +589,21 @@ def _mla_layer(standard: LayerProfile, cost: MlaCost, up_proj_recompute: bool = 
     )
 
 
+def dispatcher_host_floor_s(forward_s: float, backward_s: float, ep_comm_s: float, host_s: float) -> tuple[float, float]:
+    """An MoE layer's forward and backward GPU time where its token dispatcher synchronises the
+    host with the GPU (``training.moe_host_s_per_layer``: ``host_s`` per forward pass, twice it
+    backward). The host cannot launch ahead across the synchronisation, so each pass takes the longer
+    of its GPU work, the exposed all-to-alls (``ep_comm_s``, half of them each way) included, and its
+    host work; what the all-to-alls already take is not charged again."""
+    if host_s <= 0.0:
+        return forward_s, backward_s
+    half_ep_s = ep_comm_s / 2
+    return max(forward_s, host_s - half_ep_s), max(backward_s, BACKWARD_TO_FORWARD * host_s - half_ep_s)
+
+
 def _moe_layer(
     dense: LayerProfile, cost: MoeMlpCost, gpu: GpuSpec, precision: Precision, ep_comm_overlap: bool, act_recompute: bool = False,
-    qkv_gather_s: float = 0.0,
+    qkv_gather_s: float = 0.0, host_s: float = 0.0,
 ) -> LayerProfile:
     """An MoE layer: the dense layer of the same shape with its MLP swapped for the router,
     shared and routed experts, and the dispatch and combine all-to-alls added
@@ -612,6 +624,8 @@ def _moe_layer(
         kernels = cost.quantised_tensors * quantisation.kernels // FP8_CAST_KERNELS  # NVFP4's amax pass doubles them
         forward_s += elementwise_time_s(gpu, quantisation.bytes_per_element * cost.quantised_forward_elements, kernels=kernels)
         backward_s += elementwise_time_s(gpu, quantisation.bytes_per_element * cost.quantised_backward_elements, kernels=kernels)
+    ep_comm_s = ep_comm_exposed_s(cost.ep_comm_s, forward_s + backward_s, ep_comm_overlap, gpu.overlap_slowdown)
+    forward_s, backward_s = dispatcher_host_floor_s(forward_s, backward_s, ep_comm_s, host_s)
     return replace(
         dense,
         forward_s=forward_s,
@@ -623,7 +637,7 @@ def _moe_layer(
         # own replace (exposed as ``training.tp_comm_overlap`` left them: half of its figure); the
         # attention's QKV gather of ``qkv_subshard_gather_s`` (``qkv_gather_s``) stays whole.
         tp_comm_s=(dense.tp_comm_s - qkv_gather_s) / 2 + qkv_gather_s + cost.tp_comm_s,
-        ep_comm_s=ep_comm_exposed_s(cost.ep_comm_s, forward_s + backward_s, ep_comm_overlap, gpu.overlap_slowdown),
+        ep_comm_s=ep_comm_s,
         parameter_count=cost.parameter_count,
         expert_parameter_count=cost.expert_parameter_count,
         model_flops=dense.model_flops + cost.model_flops,
@@ -914,7 +928,7 @@ def analytic_layers(
         moe_act = RecomputeModule.MOE_ACT in _recompute_modules(training)
         moe_layer = _moe_layer(
             layer, cost, cluster.gpu, training.precision, training.ep_comm_overlap, moe_act,
-            qkv_subshard_gather_s(model, cluster, tokens, shape.tp_size),
+            qkv_subshard_gather_s(model, cluster, tokens, shape.tp_size), training.moe_host_s_per_layer,
         )
         blocks = tuple(moe_layer if moe else dense_layer for moe in _moe_layer_flags(model))
     else:

@@ -279,26 +279,32 @@ def window_notes(model: ModelSpec, framework: str, writes_window: bool) -> tuple
     return ()
 
 
-def dispatcher_notes(model: ModelSpec, framework: str) -> tuple[str, ...]:
+def dispatcher_notes(model: ModelSpec, training: TrainingSpec, framework: str) -> tuple[str, ...]:
     """What the files' MoE token dispatcher means for the plan's timing, as a note (Megatron-core
     stacks: Megatron-LM and NeMo write ``alltoall``, which runs without extra packages).
 
-    The cost model costs the dispatch and combine all-to-alls with the GPU running ahead of the
-    host, as Megatron-core's flex dispatcher runs them on DeepEP or HybridEP; its alltoall
-    dispatcher copies the per-expert token counts to the host and synchronises once per MoE layer
-    (megatron/core/transformer/moe/token_dispatcher.py). Megatron-Bridge's published 26.02 runs on
-    the flex dispatcher read within about 10% of their plans, its alltoall runs of models with 128
-    small experts 13% to 5x slower (bench families mbridge-qwen3 and mbridge-gptoss); NeMo's Mixtral
-    rows (8 large experts, dispatcher not read here) read within 11%. Which backend runs where follows
+    Megatron-core's alltoall dispatcher copies the per-expert token counts to the host and
+    synchronises once per MoE layer (megatron/core/transformer/moe/token_dispatcher.py). Where the
+    plan costs that (``training.moe_host_s_per_layer`` above 0, megatron-core-2024's measured host
+    time per MoE layer), the files run as planned, and the note names the flex dispatcher, which
+    Megatron-Bridge's published runs show reading within about 10% of plans costed without the host
+    time (bench family mbridge-qwen3's HybridEP rows), as the way past it. Where the plan does not
+    cost it (0), the alltoall runs of models with many small experts measured 13% to 5x slower than
+    such plans (mbridge-qwen3, mbridge-gptoss, aws-qwen3). Which backend runs where follows
     Megatron-Bridge's apply_flex_dispatcher_backend (training/flex_dispatcher_backend.py at
     df0289c): DeepEP on Ampere, Hopper, B200 and B300, HybridEP on those and on GB200 / GB300 NVL72."""
     if not model.is_moe:
         return ()
+    backends = "deepep (Hopper, B200, B300) or hybridep (also GB200 / GB300 NVL72)"
+    if training.moe_host_s_per_layer > 0:
+        return (f"{framework} runs the MoE all-to-alls here with Megatron-core's alltoall dispatcher, which syncs the host"
+                f" once per MoE layer; the plan costs that sync ({training.moe_host_s_per_layer * 1e3:.1f} ms of host work per MoE"
+                " layer and forward pass that the GPU cannot run ahead of). With DeepEP or HybridEP installed, the flex dispatcher"
+                f" lets the GPU run ahead and can be faster where the layers are short: set it with backend {backends}",)
     return (f"{framework} runs the MoE all-to-alls here with Megatron-core's alltoall dispatcher, which syncs the host"
-            " once per MoE layer; the plan costs them as the flex dispatcher runs them (DeepEP or HybridEP), and NVIDIA's"
+            " once per MoE layer; the plan costs them as the flex dispatcher runs them (DeepEP or HybridEP), and"
             " published alltoall runs of models with many small experts (Qwen3, gpt-oss) measured 13% to 5x slower than"
-            " their plans: with DeepEP or HybridEP installed, set"
-            " the dispatcher to flex with backend deepep (Hopper, B200, B300) or hybridep (also GB200 / GB300 NVL72)",)
+            f" such plans: with DeepEP or HybridEP installed, set the dispatcher to flex with backend {backends}",)
 
 
 def launch_environment(training: TrainingSpec) -> list[str]:

@@ -313,12 +313,9 @@ def moe_arguments(model: ModelSpec) -> list[Argument]:
     """Mixture of experts and multi-head latent attention as Megatron-LM names them (none for a
     dense model with standard attention). Tokens go through the all-to-all dispatcher, dropless
     (no capacity factor: the cost model's load factor is the imbalance of a dropless router, not a
-    cap), experts as one grouped GEMM. The cost model costs the all-to-alls with the GPU running
-    ahead of the host, as NVIDIA's flex dispatcher (HybridEP / DeepEP) runs them; this dispatcher
-    also synchronises the host once per MoE layer, which NVIDIA's own tables show costing 13% to
-    5x (docs/wip/README.md): where the hardware has it, --moe-token-dispatcher-type flex with
-    --moe-flex-dispatcher-backend runs closer to the plan, as the export's note says
-    (``export.dispatcher_notes``)."""
+    cap), experts as one grouped GEMM. This dispatcher synchronises the host once per MoE layer;
+    the plan costs that where its stack states the host time (``training.moe_host_s_per_layer``),
+    and the export's note says what it means either way (``export.dispatcher_notes``)."""
     args: list[Argument] = []
     if model.is_moe:
         args += [
@@ -372,7 +369,7 @@ def export(plan: PlanToExport) -> Export:
     notes = (
         f"vocabulary of {plan.model.vocab_size} tokens: pass your tokenizer (Megatron pads it to a multiple of 128 x tp)",
         *window_notes(plan.model, "Megatron-LM", writes_window=True),
-        *dispatcher_notes(plan.model, "Megatron-LM"),
+        *dispatcher_notes(plan.model, nearest.training, "Megatron-LM"),
     )
     return Export(
         ExportFormat.MEGATRON, not differences, parallel, nearest.training, differences,

@@ -260,7 +260,7 @@ def export(plan: PlanToExport) -> Export:
     ]
     text = render_yaml(overrides(plan, parallel), optimizer_overrides(plan, parallel), header)
     notes = (f"set model.tokenizer and model.data (vocabulary of {plan.model.vocab_size} tokens)",
-             *window_notes(plan.model, "NeMo", writes_window=True), *dispatcher_notes(plan.model, "NeMo"))
+             *window_notes(plan.model, "NeMo", writes_window=True), *dispatcher_notes(plan.model, nearest.training, "NeMo"))
     return Export(
         ExportFormat.NEMO, not differences, parallel, nearest.training, differences,
         (LaunchFile("nemo_overrides.yaml", "application/yaml", text),), notes,

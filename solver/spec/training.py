@@ -350,6 +350,14 @@ class TrainingSpec:
     tp_comm_overlap: bool = False
     overlap_p2p_comm: bool = False
     host_s_per_layer: float = 0.0
+    # Host time per MoE layer and forward pass that runs in step with the GPU because the token
+    # dispatcher synchronises the host with the GPU in every MoE layer (Megatron-core's alltoall
+    # dispatcher copies the per-expert token counts to the host and waits for them:
+    # megatron/core/transformer/moe/token_dispatcher.py ``_maybe_dtoh_and_synchronize``). The host
+    # cannot run ahead across such a layer, so each of its passes takes the longer of its GPU work
+    # (all-to-alls included) and this host work (twice it backward, as ``host_s_per_layer``).
+    # 0: not measured, or a dispatcher that lets the host run ahead.
+    moe_host_s_per_layer: float = 0.0
     selective_recompute: SelectiveRecompute = SelectiveRecompute.ATTENTION
     grad_reduce: GradReduce = GradReduce.HALF
     loss_dtype: LossDtype = LossDtype.FP32
@@ -461,8 +469,9 @@ class TrainingSpec:
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
             raise SpecError("training.allocator_fragmentation_fraction", f"must be a number, got {fraction!r}")
         check_in_range("training.allocator_fragmentation_fraction", fraction, 0.0, FRAGMENTATION_FRACTION_MAX)
-        if not 0.0 <= self.host_s_per_layer <= HOST_S_PER_LAYER_MAX:
-            raise SpecError("training.host_s_per_layer", f"must be between 0 and {HOST_S_PER_LAYER_MAX:g} s, got {self.host_s_per_layer!r}")
+        for name in ("host_s_per_layer", "moe_host_s_per_layer"):
+            if not 0.0 <= getattr(self, name) <= HOST_S_PER_LAYER_MAX:
+                raise SpecError(f"training.{name}", f"must be between 0 and {HOST_S_PER_LAYER_MAX:g} s, got {getattr(self, name)!r}")
         if self.train_tokens is not None and not 0 < self.train_tokens <= TRAIN_TOKENS_MAX:
             raise SpecError("training.train_tokens", f"must be positive and at most {TRAIN_TOKENS_MAX:g}, got {self.train_tokens!r}")
 
