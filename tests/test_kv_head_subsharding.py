@@ -16,6 +16,7 @@ from solver.cost.analytic import analytic_profile, qkv_subshard_gather_s
 from solver.cost.comm import all_reduce_s, tp_link
 from solver.cost.evaluate import evaluate
 from solver.cost.profile import ProfileShape
+from solver.frameworks import ExportFormat, PlanToExport, export_plan
 from solver.spec.errors import SpecError
 from solver.spec.parallel import ParallelConfig
 from solver.spec.rules import Rule
@@ -46,6 +47,7 @@ def test_only_the_stack_that_sub_shards_takes_tp_above_the_kv_heads():
     with pytest.raises(SpecError) as refused:
         evaluate(model, _cluster(), strict, _parallel(8), num_gpus=8)
     assert (refused.value.field, refused.value.rule) == ("parallel.tp_size", Rule.TP_DIVIDES_NUM_KV_HEADS)
+    assert "training.kv_head_subsharding" in str(refused.value)  # the way to run it
     assert evaluate(model, _cluster(), subsharded, _parallel(8), num_gpus=8).prediction.step_time_s > 0
     # A multiple of the KV heads, nothing else: 32 heads split 16 ways, yet 16 is 4 x 4.
     assert evaluate(model, _cluster(16), subsharded, _parallel(16, 16), num_gpus=16).prediction.step_time_s > 0
@@ -108,3 +110,25 @@ def test_the_api_plans_tp_above_the_kv_heads_on_the_stack_that_runs_it(api):
 def test_a_bad_value_is_a_422_naming_the_field(api, value):
     response = api.post("/v1/evaluations", json=_body(stack="megatron-core-2024", kv_head_subsharding=value))
     assert "body.training.kv_head_subsharding" in error_fields(assert_problem(response, 422))
+
+
+@pytest.mark.parametrize(
+    ("fmt", "framework", "subshards"),
+    [
+        (ExportFormat.MEGATRON, "Megatron-LM", True),
+        (ExportFormat.NEMO, "NeMo", True),
+        (ExportFormat.TORCHTITAN, "torchtitan", False),
+        (ExportFormat.DEEPSPEED, "Megatron-DeepSpeed", False),
+    ],
+)
+def test_exports_say_what_tp_above_the_kv_heads_needs(fmt, framework, subshards):
+    """Megatron-LM and NeMo run it from Megatron-core 0.16.0; torchtitan and Megatron-DeepSpeed split
+    K and V into whole heads, which a note says, pointing at the planning setting that keeps to it."""
+    model = catalog.get_model("llama3-8b")  # 8 KV heads
+    training = TrainingSpec(64, 4096, Precision.BF16, kv_head_subsharding=True)
+    wide = ParallelConfig(dp_size=1, tp_size=16, pp_size=1, zero_stage=ZeroStage.OS, micro_batch_size=1, recompute=Recompute.FULL, sequence_parallel=True)
+    notes = [n for n in export_plan(PlanToExport(model, training, wide, 16), fmt).notes if "KV heads" in n]
+    assert len(notes) == 1 and notes[0].startswith(f"tp 16 is wider than the model's 8 KV heads: {framework}")
+    assert ("Megatron-core 0.16.0" in notes[0]) is subshards and ("needs tp to divide 8" in notes[0]) is not subshards
+    within = dataclasses.replace(wide, tp_size=8, dp_size=2)
+    assert not [n for n in export_plan(PlanToExport(model, training, within, 16), fmt).notes if "KV heads" in n]

@@ -37,6 +37,7 @@ from solver.frameworks.export import (
     differs,
     fold_context_parallel,
     full_recompute_counts,
+    kv_head_notes,
     launch_environment,
     recompute_form,
     render_shell,
@@ -399,7 +400,8 @@ def export(plan: PlanToExport) -> Export:
         LaunchFile("launch.sh", "text/x-shellscript", script),
     )
     notes: tuple[str, ...] = (f"vocabulary of {plan.model.vocab_size} tokens: pass your tokenizer",
-                              *window_notes(plan.model, "Megatron-DeepSpeed", writes_window=False))
+                              *window_notes(plan.model, "Megatron-DeepSpeed", writes_window=False),
+                              *kv_head_notes(plan.model, parallel.tp_size, "Megatron-DeepSpeed", subshards=False))
     if parallel.nvme_offload is not NvmeOffload.NONE:
         notes += (
             f"nvme_path in ds_config.json is a placeholder ({NVME_PATH_PLACEHOLDER}): set it to a directory on each node's"

@@ -279,6 +279,21 @@ def window_notes(model: ModelSpec, framework: str, writes_window: bool) -> tuple
     return ()
 
 
+def kv_head_notes(model: ModelSpec, tp_size: int, framework: str, subshards: bool) -> tuple[str, ...]:
+    """What a plan with tensor parallelism wider than the model's KV heads needs of the framework, as
+    a note (none where tp divides them). Megatron-core sub-shards the QKV activations from 0.16.0
+    (NVIDIA/Megatron-LM #2565; ``training.kv_head_subsharding``); ``subshards``: the framework's
+    current release does. The others split K and V into whole heads per rank."""
+    kv = model.num_kv_heads
+    if kv % tp_size == 0:
+        return ()
+    if subshards:
+        return (f"tp {tp_size} is wider than the model's {kv} KV heads: {framework} runs it from Megatron-core 0.16.0"
+                " (QKV sub-sharding, NVIDIA/Megatron-LM #2565); older releases need tp to divide the KV heads",)
+    return (f"tp {tp_size} is wider than the model's {kv} KV heads: {framework} splits K and V into whole heads per rank"
+            f" and needs tp to divide {kv}; plan with training.kv_head_subsharding false to keep to that",)
+
+
 def dispatcher_notes(model: ModelSpec, training: TrainingSpec, framework: str) -> tuple[str, ...]:
     """What the files' MoE token dispatcher means for the plan's timing, as a note (Megatron-core
     stacks: Megatron-LM and NeMo write ``alltoall``, which runs without extra packages).

@@ -53,6 +53,7 @@ from solver.frameworks.export import (
     differs,
     dispatcher_notes,
     full_recompute_counts,
+    kv_head_notes,
     launch_environment,
     recompute_form,
     render_shell,
@@ -370,6 +371,7 @@ def export(plan: PlanToExport) -> Export:
         f"vocabulary of {plan.model.vocab_size} tokens: pass your tokenizer (Megatron pads it to a multiple of 128 x tp)",
         *window_notes(plan.model, "Megatron-LM", writes_window=True),
         *dispatcher_notes(plan.model, nearest.training, "Megatron-LM"),
+        *kv_head_notes(plan.model, parallel.tp_size, "Megatron-LM", subshards=True),
     )
     return Export(
         ExportFormat.MEGATRON, not differences, parallel, nearest.training, differences,

@@ -30,6 +30,7 @@ from solver.frameworks.export import (
     PlanToExport,
     differs,
     dispatcher_notes,
+    kv_head_notes,
     recompute_form,
     resplit,
     window_notes,
@@ -260,7 +261,8 @@ def export(plan: PlanToExport) -> Export:
     ]
     text = render_yaml(overrides(plan, parallel), optimizer_overrides(plan, parallel), header)
     notes = (f"set model.tokenizer and model.data (vocabulary of {plan.model.vocab_size} tokens)",
-             *window_notes(plan.model, "NeMo", writes_window=True), *dispatcher_notes(plan.model, nearest.training, "NeMo"))
+             *window_notes(plan.model, "NeMo", writes_window=True), *dispatcher_notes(plan.model, nearest.training, "NeMo"),
+             *kv_head_notes(plan.model, parallel.tp_size, "NeMo", subshards=True))
     return Export(
         ExportFormat.NEMO, not differences, parallel, nearest.training, differences,
         (LaunchFile("nemo_overrides.yaml", "application/yaml", text),), notes,

@@ -30,6 +30,7 @@ from solver.frameworks.export import (
     all_full,
     differs,
     full_recompute_counts,
+    kv_head_notes,
     recompute_form,
     window_notes,
     without_activation_offload,
@@ -299,6 +300,7 @@ def export(plan: PlanToExport) -> Export:
         notes.append(f"heads of {plan.model.head_dim} are not dim / n_heads wide: the flavor needs a model that"
                      " takes a head_dim (torchtitan's qwen3 does; llama3 does not)")
     notes.extend(window_notes(plan.model, "torchtitan's Llama", writes_window=False))
+    notes.extend(kv_head_notes(plan.model, parallel.tp_size, "torchtitan", subshards=False))
     notes.append(f"register a flavor named {plan.model.name!r} with the model's shape, or rename [model] flavor")
     return Export(
         ExportFormat.TORCHTITAN, not differences, parallel, training, differences,

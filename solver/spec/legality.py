@@ -69,7 +69,10 @@ def check_structure(
     ):
         # KV heads: tp may also be a multiple of them where the stack sub-shards the QKV activations.
         if value % tp and not (what == "num_kv_heads" and kv_heads_split(model, training, tp)):
-            more = " nor is a multiple of it (training.kv_head_subsharding)" if what == "num_kv_heads" and training.kv_head_subsharding else ""
+            more = ""
+            if what == "num_kv_heads":  # say what would take a multiple of them
+                more = (" nor is a multiple of it (training.kv_head_subsharding)" if training.kv_head_subsharding
+                        else "; a stack that sub-shards QKV (training.kv_head_subsharding: Megatron-core 0.16+) also takes a multiple of it")
             raise SpecError("parallel.tp_size", f"tp_size {tp} does not divide {what}={value}{more}", Rule(f"tp_divides_{what}"))
     _check_context_parallel(training, parallel)
     _check_expert_parallel(model, parallel)
