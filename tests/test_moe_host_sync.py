@@ -108,7 +108,7 @@ def test_it_narrows_every_alltoall_run_and_leaves_the_flex_ones():
     before, after = _results(True), _results(False)
     # The flex-dispatcher rows (HybridEP, DeepEP) and DeepSeek's own framework state no host time.
     synced = {r["id"] for r in _moe_records() if _stated_host_s(r, inputs) > 0}
-    assert len(_moe_records()) - len(synced) == 13
+    assert len(_moe_records()) - len(synced) == 15
     for rid, result in after.items():
         if rid not in synced:
             assert result.predicted == before[rid].predicted, rid
