@@ -145,7 +145,7 @@ def test_the_api_takes_the_stack_host_time_and_an_override(api):
     assert stack.json()["prediction"]["step_time_s"] > free.json()["prediction"]["step_time_s"]
 
 
-@pytest.mark.parametrize("value", [-0.001, 5.0, "slow"])
+@pytest.mark.parametrize("value", [-0.001, 5.0, "slow", True])
 def test_a_bad_value_is_a_422_naming_the_field(api, value):
     response = api.post("/v1/evaluations", json=_body(moe_host_s_per_layer=value))
     assert "body.training.moe_host_s_per_layer" in error_fields(assert_problem(response, 422))
