@@ -10,7 +10,8 @@ First the headline: the 22 records the bench held before it grew (``headline`` i
 run_inputs.json), which tests/test_accuracy.py guards. Then the grown bench (with the Blackwell
 runs of bench/data/published_runs_blackwell.json and the mixture-of-experts runs of
 bench/data/published_runs_moe.json, issue 16, and of bench/data/published_runs_aws.json, AWS's
-Qwen3 runs on EFA): every other record row by row, a
+Qwen3 runs on EFA, and of bench/data/published_runs_torchtitan.json, torchtitan's FSDP runs):
+every other record row by row, a
 table per family (a family is a source: megatron2021, bloom, mbridge-gb300, vtrain, ...) with n,
 MAPE, signed mean error and worst run, vTrain's per-model Spearman rank correlation of iteration
 times, and the records the planner cannot express, each with its reason (a to-do list).
@@ -106,6 +107,13 @@ def load_aws_records() -> list[dict]:
     comparison, NCCL all-to-all arm: Qwen3-30B-A3B on H100, Qwen3-235B-A22B on B300), each naming
     its catalog model and ``ep``; the held-out family aws-qwen3."""
     return list(json.loads((DATA / "published_runs_aws.json").read_text())["runs"])
+
+
+def load_torchtitan_records() -> list[dict]:
+    """The published throughput of torchtitan FSDP2 runs on the default stack (Trainy's Llama 3.1 8B on
+    H200, torchao's Llama 3 8B on MI300X and H100), each naming its memory record; the held-out
+    family torchtitan-fsdp."""
+    return list(json.loads((DATA / "published_runs_torchtitan.json").read_text())["runs"])
 
 
 def load_inputs() -> dict:
@@ -438,8 +446,11 @@ def evaluate_all() -> list[RunResult]:
 
 def bench_records() -> list[dict]:
     """Every record of the grown bench: the published runs, the Blackwell runs, the H100 runs of
-    the same summary, the MoE runs, AWS's MoE runs, then vTrain's public rows."""
-    return load_records() + load_blackwell_records() + load_h100_records() + load_moe_records() + load_aws_records() + vtrain.load_records()
+    the same summary, the MoE runs, AWS's MoE runs, torchtitan's FSDP runs, then vTrain's public rows."""
+    return (
+        load_records() + load_blackwell_records() + load_h100_records() + load_moe_records() + load_aws_records()
+        + load_torchtitan_records() + vtrain.load_records()
+    )
 
 
 def evaluate_bench() -> list[RunResult]:
