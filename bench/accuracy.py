@@ -82,38 +82,43 @@ def load_records() -> list[dict]:
     return json.loads((DATA / "published_runs.json").read_text())
 
 
+def _load_runs(file_name: str) -> list[dict]:
+    """The ``runs`` of one of bench/data's published_runs_*.json documents."""
+    return list(json.loads((DATA / file_name).read_text())["runs"])
+
+
 def load_blackwell_records() -> list[dict]:
     """The published Blackwell pre-training runs (Megatron-Bridge's performance summary: Llama 3
     on B200, GB200 NVL72 and GB300 NVL72 in FP8, MXFP8 and NVFP4; issue 16), each naming its
     catalog model (``model.catalog``)."""
-    return list(json.loads((DATA / "published_runs_blackwell.json").read_text())["runs"])
+    return _load_runs("published_runs_blackwell.json")
 
 
 def load_h100_records() -> list[dict]:
     """The published dense pre-training runs on DGX-H100 of Megatron-Bridge's performance summary
     (26.02: Llama 3 70B and Llama 3.1 405B in FP8), each naming its catalog model."""
-    return list(json.loads((DATA / "published_runs_h100.json").read_text())["runs"])
+    return _load_runs("published_runs_h100.json")
 
 
 def load_moe_records() -> list[dict]:
     """The published mixture-of-experts pre-training runs with expert parallelism (NVIDIA's NeMo
     and Megatron-Bridge performance summaries: Mixtral, Llama 4 Scout and DeepSeek-V3 on H100 and
     Blackwell; DeepSeek-V3's own report; issue 16), each naming its catalog model and ``ep``."""
-    return list(json.loads((DATA / "published_runs_moe.json").read_text())["runs"])
+    return _load_runs("published_runs_moe.json")
 
 
 def load_aws_records() -> list[dict]:
     """The published MoE step times on AWS EFA clusters (AWS's Megatron-Bridge dispatcher
     comparison, NCCL all-to-all arm: Qwen3-30B-A3B on H100, Qwen3-235B-A22B on B300), each naming
     its catalog model and ``ep``; the held-out family aws-qwen3."""
-    return list(json.loads((DATA / "published_runs_aws.json").read_text())["runs"])
+    return _load_runs("published_runs_aws.json")
 
 
 def load_torchtitan_records() -> list[dict]:
     """The published throughput of torchtitan FSDP2 runs on the default stack (Trainy's Llama 3.1 8B on
     H200, torchao's Llama 3 8B on MI300X and H100), each naming its memory record; the held-out
     family torchtitan-fsdp."""
-    return list(json.loads((DATA / "published_runs_torchtitan.json").read_text())["runs"])
+    return _load_runs("published_runs_torchtitan.json")
 
 
 def load_inputs() -> dict:
