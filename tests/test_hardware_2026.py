@@ -112,6 +112,22 @@ def test_peaks_match_the_datasheets(name, precision, tflops):
     assert catalog.get_gpu(name).peak(precision) / TERA == pytest.approx(tflops, abs=0.2)
 
 
+# Maximum achievable matmul TFLOP/s as measured (stas00/ml-engineering's MAMF table for bf16; AMD's
+# "Measuring Max-Achievable FLOPs - Part 2", ROCm blogs 2025-02-28, Table 1, for fp8).
+ACHIEVABLE_MATMUL_TFLOPS = [
+    ("mi300x", Precision.BF16, 668.4),
+    ("mi300x", Precision.FP8, 1273.0),
+    ("mi325x", Precision.BF16, 784.9),
+    ("mi325x", Precision.FP8, 1519.0),
+]
+
+
+@pytest.mark.parametrize(("name", "precision", "tflops"), ACHIEVABLE_MATMUL_TFLOPS)
+def test_gemm_efficiency_is_the_measured_achievable_matmul(name, precision, tflops):
+    gpu = catalog.get_gpu(name)
+    assert gpu.peak(precision) * gpu.efficiency(precision) / TERA == pytest.approx(tflops, rel=0.002)
+
+
 def test_block_scaled_precisions_exist_only_where_the_tensor_cores_run_them():
     for name in ("b200-sxm-180gb", "b300-sxm-288gb", "gb200-186gb", "gb300-288gb"):
         gpu = catalog.get_gpu(name)
