@@ -121,6 +121,13 @@ def load_torchtitan_records() -> list[dict]:
     return _load_runs("published_runs_torchtitan.json")
 
 
+def load_mbridge2608_records() -> list[dict]:
+    """The published MoE throughputs of Megatron-Bridge's 26.08 container (DeepSeek-V3, gpt-oss-120b,
+    Qwen3-30B-A3B and Qwen3-235B-A22B in MXFP8 on DGX-GB300 and GB200), each naming its catalog
+    model and ``ep``; the held-out family mbridge2608-moe."""
+    return _load_runs("published_runs_mbridge2608.json")
+
+
 def load_inputs() -> dict:
     return json.loads((DATA / "run_inputs.json").read_text())
 
@@ -451,10 +458,11 @@ def evaluate_all() -> list[RunResult]:
 
 def bench_records() -> list[dict]:
     """Every record of the grown bench: the published runs, the Blackwell runs, the H100 runs of
-    the same summary, the MoE runs, AWS's MoE runs, torchtitan's FSDP runs, then vTrain's public rows."""
+    the same summary, the MoE runs, AWS's MoE runs, torchtitan's FSDP runs, Megatron-Bridge 26.08's MoE
+    runs, then vTrain's public rows."""
     return (
         load_records() + load_blackwell_records() + load_h100_records() + load_moe_records() + load_aws_records()
-        + load_torchtitan_records() + vtrain.load_records()
+        + load_torchtitan_records() + load_mbridge2608_records() + vtrain.load_records()
     )
 
 
@@ -551,7 +559,8 @@ def print_grown_bench(results: list[RunResult], headline: set[str]) -> None:
         f"families above 12%: {', '.join(over_12) or 'none'}; "
         f"worst run {max(abs(row.worst_error) for row in rows):.1%} (target <= 25%)"
     )
-    for kind, records in (("Blackwell", load_blackwell_records()), ("Mixture of experts", load_moe_records() + load_aws_records())):
+    moe_records = load_moe_records() + load_aws_records() + load_mbridge2608_records()
+    for kind, records in (("Blackwell", load_blackwell_records()), ("Mixture of experts", moe_records)):
         ids = {record["id"] for record in records}
         kind_rows = family_table([r for r in results if r.run_id in ids])[:-1]
         print(
