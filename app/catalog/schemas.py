@@ -504,6 +504,9 @@ class StackFacts(BaseModel):
     kv_head_subsharding: bool = Field(
         description="tensor parallelism may exceed the KV heads (any multiple of them): the QKV activations are all-gathered over the TP group and sliced"
     )
+    fp8_attention: bool = Field(
+        description="the fused attention kernel runs its GEMMs in FP8 (Transformer Engine's fp8_dpa, cuDNN FP8 attention); only with precision fp8 or mxfp8"
+    )
 
 
 class StackFactSources(BaseModel):
@@ -536,6 +539,7 @@ class StackFactSources(BaseModel):
     optimizer_sub_group_params: str
     allocator_fragmentation_fraction: str
     kv_head_subsharding: str
+    fp8_attention: str
 
 
 class StackEntry(BaseModel):

@@ -158,6 +158,13 @@ class Training(BaseModel):
             "null: the stack's"
         ),
     )
+    fp8_attention: Flag | None = Field(
+        None,
+        description=(
+            "the fused attention kernel runs Q K^T and P V in FP8 (Transformer Engine's fp8_dpa, Megatron-core's "
+            "fp8_dot_product_attention, cuDNN FP8 attention); needs precision fp8 or mxfp8 and fused attention; null: the stack's"
+        ),
+    )
     # Megatron-core's --recompute-modules (solver.spec.training.RecomputeModule): what a selectively
     # recomputed layer recomputes where the stack's selective mode is "attention".
     recompute_modules: list[Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act"]] | None = Field(

@@ -144,6 +144,11 @@ QUANTISATION = {
     Precision.NVFP4: QuantisationCost(NVFP4_QUANTISE_BYTES, 2 * FP8_CAST_KERNELS),  # amax pass + quantise
 }
 
+# FP8 attention (``TrainingSpec.fp8_attention``): Transformer Engine casts Q, K and V to FP8 before
+# cuDNN's FP8 fused attention forward, and the output gradient backward (the output itself returns
+# in 16 bit unless fp8_mha; its gradients dQ, dK, dV too): 2 bytes read, 1 written per element.
+FP8_ATTENTION_CAST_BYTES = 3
+
 # Cross-entropy over fp32 logits: convert, max, exp-sum and loss passes (~12 bytes per logit) each way.
 CROSS_ENTROPY_BYTES = 12
 
@@ -198,7 +203,9 @@ def _attention_core_s(
     FlashAttention-2's time) or materialised through HBM. The rank's s/cp queries meet the s keys in cp blocks of
     (s/cp) x (s/cp) (ring attention, see the module docstring); causal, each step computes half
     its block under the two-chunk split (at cp 1: the one s x s block, half of it)."""
-    precision16 = _sixteen_bit(training.precision)
+    # The two GEMMs of each tile run in 16 bit, or in FP8 where the stack runs FP8 attention (the
+    # catalog's FP8 efficiency, one byte per operand element); the exponentials do not change.
+    precision16 = Precision.FP8 if training.fp8_attention else _sixteen_bit(training.precision)
     qk, v = model.qk_head_width, model.v_head_width  # head_dim both, unless latent attention widens them
     q = s // cp_size  # this rank's queries, and the keys of each ring step
     block_s = gemm_time_s(gpu, precision16, q, q, qk, heads_local) + gemm_time_s(gpu, precision16, q, v, q, heads_local)
@@ -287,6 +294,24 @@ def _fp8_cast_s(model: ModelSpec, gpu: GpuSpec, precision: Precision, tokens: fl
     return (
         elementwise_time_s(gpu, cost.bytes_per_element * inputs, kernels=cost.kernels),
         elementwise_time_s(gpu, cost.bytes_per_element * output_grads, kernels=cost.kernels),
+    )
+
+
+def fp8_attention_cast_s(model: ModelSpec, gpu: GpuSpec, tokens: float, tp_size: int) -> tuple[float, float]:
+    """(forward, backward) seconds of FP8 attention's casts on one TP rank: Q, K and V to FP8
+    forward (three kernels), the output gradient backward (one), ``FP8_ATTENTION_CAST_BYTES`` per
+    element. Under multi-head latent attention the up-projected K and V of every head are what the
+    kernel reads (d_qk + d_rope and d_v wide)."""
+    heads = model.num_attention_heads
+    if model.is_mla:
+        qkv = heads * (2 * model.qk_head_width + model.v_head_width)
+        out = heads * model.v_head_width
+    else:
+        qkv = model.q_width + 2 * model.kv_hidden_size
+        out = model.q_width
+    return (
+        elementwise_time_s(gpu, FP8_ATTENTION_CAST_BYTES * tokens * qkv / tp_size, kernels=3),
+        elementwise_time_s(gpu, FP8_ATTENTION_CAST_BYTES * tokens * out / tp_size, kernels=1),
     )
 
 
@@ -445,6 +470,9 @@ def _layer_profile(
         gpu, elementwise.hidden_bytes * tokens_local * h + activation_fn_bytes + head_copy_bytes, kernels=elementwise.kernels
     )
     fp8_forward_s, fp8_backward_s = _fp8_cast_s(model, gpu, precision, tokens, t)
+    if training.fp8_attention:
+        cast_forward_s, cast_backward_s = fp8_attention_cast_s(model, gpu, tokens, t)
+        fp8_forward_s, fp8_backward_s = fp8_forward_s + cast_forward_s, fp8_backward_s + cast_backward_s
     forward_s = gemm_forward_s + attention_forward_s + score_elementwise_s + other_elementwise_s + fp8_forward_s
     backward_s = (
         BACKWARD_TO_FORWARD * gemm_forward_s

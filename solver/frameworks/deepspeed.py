@@ -46,6 +46,7 @@ from solver.frameworks.export import (
     without_activation_offload,
     without_bf16_moments,
     without_fp8_act_input,
+    without_fp8_attention,
 )
 from solver.spec.dimensions import NvmeOffload, Offload
 from solver.spec.legality import offload_zero_stage, uniform_partition
@@ -259,6 +260,8 @@ def exact_config(plan: PlanToExport) -> Nearest:
             " --recompute-modules): the other modules' activations stay in memory, less time",
         ))
         training = replace(training, recompute_modules=DEFAULT_RECOMPUTE_MODULES)
+    training, fp8_attention = without_fp8_attention(training, "Megatron-DeepSpeed")
+    out.extend(fp8_attention)
     if training.precision in (Precision.FP8, Precision.MXFP8, Precision.NVFP4):
         out.append(differs(
             "training.precision", training.precision.value, "bf16",

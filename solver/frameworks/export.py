@@ -341,6 +341,19 @@ def without_launch_blocking(training: TrainingSpec, framework: str) -> tuple[Tra
     )
 
 
+def without_fp8_attention(training: TrainingSpec, framework: str, reason: str = "") -> tuple[TrainingSpec, tuple["Difference", ...]]:
+    """For a framework whose launch runs attention in 16 bit: the same training without FP8
+    attention (``training.fp8_attention``), a difference saying the attention GEMMs take longer
+    than planned. ``reason``: why the framework does not run it (default: it has no FP8 attention)."""
+    if not training.fp8_attention:
+        return training, ()
+    why = reason or f"{framework} has no FP8 attention kernel"
+    return replace(training, fp8_attention=False), (
+        differs("training.fp8_attention", True, False,
+                f"{why}: attention runs in 16 bit, its GEMMs take longer than planned"),
+    )
+
+
 def listed(values: tuple[int, ...] | None) -> str:
     return "null" if values is None else "[" + ", ".join(str(v) for v in values) + "]"
 

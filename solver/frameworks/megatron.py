@@ -61,6 +61,7 @@ from solver.frameworks.export import (
     window_skip_freq,
     without_bf16_moments,
     without_fp8_act_input,
+    without_fp8_attention,
     without_nvme,
 )
 from solver.spec.dimensions import Offload
@@ -125,7 +126,13 @@ def exact_config(plan: PlanToExport) -> Nearest:
         )
         out += moments
     training, act_input = without_fp8_act_input(plan.model, training, "megatron-core")
-    return Nearest(parallel, training, (*out, *recompute, *act_input))
+    training, fp8_attention = without_fp8_attention(
+        training, "Megatron-LM",
+        "Megatron-LM has no command-line flag for TransformerConfig.fp8_dot_product_attention (megatron/training/arguments.py"
+        " leaves it out), so this script cannot turn it on; a launcher that builds the TransformerConfig itself"
+        " (Megatron-Bridge: mixed_precision.fp8_dot_product_attention) runs as planned",
+    )
+    return Nearest(parallel, training, (*out, *recompute, *act_input, *fp8_attention))
 
 
 def distributed_optimizer(parallel: ParallelConfig) -> bool:

@@ -205,6 +205,9 @@ def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[st
         out.update({"transformer_engine": True, "fp8": True, "fp8_hybrid": True, "fp8_recipe": "mxfp8"})
     if training.precision is Precision.NVFP4:
         out.update({"transformer_engine": True, "fp4": "e2m1", "fp4_recipe": "nvfp4"})
+    if training.fp8_attention:
+        # The TransformerConfig field megatron-core hands to Transformer Engine's recipe as fp8_dpa.
+        out["fp8_dot_product_attention"] = True
     if training.loss_kernel is LossKernel.IN_PLACE:
         # TransformerConfig's fields for Transformer Engine's cross entropy (the loss costed).
         out.update({"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"})

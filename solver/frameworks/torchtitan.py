@@ -36,6 +36,7 @@ from solver.frameworks.export import (
     without_activation_offload,
     without_bf16_moments,
     without_fp8_act_input,
+    without_fp8_attention,
     without_launch_blocking,
     without_nvme,
 )
@@ -162,7 +163,10 @@ def exact_config(plan: PlanToExport) -> Nearest:
     )
     training, act_input = without_fp8_act_input(plan.model, training, "torchtitan")
     training, blocking = without_launch_blocking(training, "torchtitan")
-    return Nearest(parallel, training, (*out, *moments, *act_input, *blocking))
+    training, fp8_attention = without_fp8_attention(
+        training, "torchtitan", "torchtitan's float8 and MXFP8 convert the linear layers only (torchao); F.scaled_dot_product_attention runs in 16 bit",
+    )
+    return Nearest(parallel, training, (*out, *moments, *act_input, *blocking, *fp8_attention))
 
 
 def model_parts(plan: PlanToExport, parallel: ParallelConfig) -> list[list[str]]:

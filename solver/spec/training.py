@@ -434,6 +434,13 @@ class TrainingSpec:
     # megatron/core/transformer/attention.py, ``num_query_groups < world_size``). False: tp must
     # divide the KV heads, each rank holding whole ones.
     kv_head_subsharding: bool = False
+    # Whether the fused attention kernel runs its two GEMMs (Q K^T and P V, and their backward) in
+    # FP8: Transformer Engine's fp8_dpa (the recipes' ``fp8_dpa``; Megatron-core's
+    # TransformerConfig.fp8_dot_product_attention, megatron/core/fp8_utils.py; Megatron-Bridge's
+    # mixed_precision.fp8_dot_product_attention), cuDNN's FP8 fused attention. Q, K and V are cast
+    # to FP8 forward and the output gradient backward; the softmax stays in fp32. Only with the FP8
+    # or MXFP8 precision (the recipes megatron-core hands fp8_dpa to) and fused attention.
+    fp8_attention: bool = False
 
     def __post_init__(self) -> None:
         check_positive_int("training.global_batch_size", self.global_batch_size)
@@ -458,9 +465,17 @@ class TrainingSpec:
                 "training.recompute_modules", f"must list some of {', '.join(m.value for m in RecomputeModule)}, got {self.recompute_modules!r}"
             ) from None
         object.__setattr__(self, "recompute_modules", modules)
-        for flag in ("launch_blocking", "kv_head_subsharding"):
+        for flag in ("launch_blocking", "kv_head_subsharding", "fp8_attention"):
             if not isinstance(getattr(self, flag), bool):
                 raise SpecError(f"training.{flag}", f"must be true or false, got {getattr(self, flag)!r}")
+        if self.fp8_attention and self.precision not in (Precision.FP8, Precision.MXFP8):
+            raise SpecError(
+                "training.fp8_attention",
+                "FP8 attention rides on an FP8 recipe (megatron-core passes fp8_dpa to Transformer Engine's FP8 and MXFP8"
+                f" recipes): set training.precision to fp8 or mxfp8, got {self.precision.value}",
+            )
+        if self.fp8_attention and not self.flash_attention:
+            raise SpecError("training.fp8_attention", "FP8 attention is a fused attention kernel (cuDNN): it needs training.flash_attention true")
         for name, most in (("step_grad_copy_bytes_per_param", STEP_GRAD_COPY_BYTES_MAX), ("optimizer_sub_group_params", SUB_GROUP_PARAMS_MAX)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
