@@ -79,12 +79,13 @@ def test_settings_are_the_full_iteration_mxfp8_recipes():
 
 def test_the_held_out_family_reads_within_the_issue_target(results):
     """Evaluated as transcribed: every row predicted and feasible, the family within issue 16's 15%
-    per family (11.6% when first evaluated, 9.9% since FP8 attention is costed). The row that reads
-    furthest off, gpt-oss on GB200, is optimistic as its 26.02 rows were; the GB300 DeepSeek-V3 row,
-    which runs full-iteration CUDA graphs and fp8_output_proj the model does not cost, pessimistic."""
+    per family (11.6% when first evaluated; 9.9% with FP8 attention costed, 11.3% with the MXFP8
+    output projection too). The row that reads furthest off, gpt-oss on GB200, is optimistic as its
+    26.02 rows were; the GB300 DeepSeek-V3 row, which runs full-iteration CUDA graphs the model does
+    not cost, pessimistic."""
     assert len(results) == len(PUBLISHED)
     assert all(r.error is not None and "INFEASIBLE" not in r.filled for r in results.values())
     (row,) = [row for row in family_table(list(results.values())) if row.family == "mbridge2608-moe"]
     assert row.count == 8 and row.mape <= NEW_KIND_FAMILY_TARGET
     assert results[PREFIX + "gb200-gpt-oss-120b-64gpu-mxfp8"].error > 0.2
-    assert results[PREFIX + "gb300-deepseek-v3-256gpu-mxfp8"].error < -0.15
+    assert results[PREFIX + "gb300-deepseek-v3-256gpu-mxfp8"].error < -0.10

@@ -1,4 +1,5 @@
-"""FP8 attention (``training.fp8_attention``): Transformer Engine's fp8_dpa, which megatron-core
+"""FP8 attention (``training.fp8_attention``) and the MXFP8 output projection
+(``training.fp8_output_proj``, below). FP8 attention: Transformer Engine's fp8_dpa, which megatron-core
 hands to its FP8 and MXFP8 recipes from TransformerConfig.fp8_dot_product_attention
 (megatron/core/fp8_utils.py) and Megatron-Bridge's 26.08 MXFP8 recipes turn on
 (mixed_precision.fp8_dot_product_attention). cuDNN's FP8 fused attention runs Q K^T and P V in FP8
@@ -14,7 +15,15 @@ import pytest
 import catalog
 from bench.accuracy import _model_for, evaluate_bench, load_inputs, load_mbridge2608_records, record_settings, training_for
 from conftest import assert_problem, error_fields
-from solver.cost.analytic import FP8_ATTENTION_CAST_BYTES, FUSED, _attention_core_s, analytic_profile, flash_exponential_s, fp8_attention_cast_s
+from solver.cost.analytic import (
+    FP8_ATTENTION_CAST_BYTES,
+    FUSED,
+    QUANTISATION,
+    _attention_core_s,
+    analytic_profile,
+    flash_exponential_s,
+    fp8_attention_cast_s,
+)
 from solver.cost.compute import elementwise_time_s, gemm_time_s
 from solver.cost.profile import ProfileShape
 from solver.frameworks import ExportFormat, PlanToExport, export_plan
@@ -152,3 +161,61 @@ def test_the_26_08_recipes_that_set_it_are_costed_with_it():
     results = {r.run_id: r for r in evaluate_bench() if r.run_id.startswith("moe-mbridge2608-")}
     # The Qwen3 rows, whose recipes run FP8 attention, read within 6% with it.
     assert all(abs(r.error) < 0.06 for rid, r in results.items() if "qwen3" in rid)
+
+
+# The MXFP8 output projection (``training.fp8_output_proj``): Megatron-core's
+# TransformerConfig.fp8_output_proj (NVIDIA/Megatron-LM #4825, --fp8-output-proj), the logits GEMM
+# under the MXFP8 autocast; it requires fp8_recipe 'mxfp8'.
+
+
+@pytest.mark.parametrize("precision", [Precision.BF16, Precision.FP8, Precision.NVFP4])
+def test_the_mxfp8_output_projection_needs_the_mxfp8_recipe(precision):
+    with pytest.raises(SpecError) as refused:
+        TrainingSpec(64, 4096, precision, fp8_output_proj=True)
+    assert refused.value.field == "training.fp8_output_proj" and "set training.precision to mxfp8" in str(refused.value)
+    assert TrainingSpec(64, 4096, Precision.MXFP8, fp8_output_proj=True).fp8_output_proj
+
+
+def test_the_logits_gemm_runs_in_mxfp8_and_quantises_its_input_and_the_logits_gradient():
+    model, cluster = catalog.get_model(MODEL), _cluster()
+    gpu, t, tokens, vocab, h = cluster.gpu, 2, 2 * 4096, model.vocab_size, model.hidden_size
+    shape = ProfileShape(t, 2, True)
+    base = TrainingSpec(64, 4096, Precision.MXFP8)
+    plain = analytic_profile(model, cluster, base, shape).head
+    fast = analytic_profile(model, cluster, dataclasses.replace(base, fp8_output_proj=True), shape).head
+    gemm_bf16 = gemm_time_s(gpu, Precision.BF16, tokens, vocab / t, h)
+    gemm_mxfp8 = gemm_time_s(gpu, Precision.MXFP8, tokens, vocab / t, h)
+    quantise = QUANTISATION[Precision.MXFP8].bytes_per_element
+    assert fast.forward_s == pytest.approx(plain.forward_s - gemm_bf16 + gemm_mxfp8 + elementwise_time_s(gpu, quantise * tokens * h, kernels=1))
+    assert fast.backward_s == pytest.approx(
+        plain.backward_s - 2 * (gemm_bf16 - gemm_mxfp8) + elementwise_time_s(gpu, quantise * tokens * vocab / t, kernels=1)
+    )
+    assert fast.forward_s < plain.forward_s and fast.backward_s < plain.backward_s
+
+
+def test_the_api_and_the_exports_carry_the_mxfp8_output_projection(api):
+    plain = api.post("/v1/evaluations", json=_body())
+    fast = api.post("/v1/evaluations", json=_body(fp8_output_proj=True))
+    assert fast.status_code == 200, fast.text
+    assert fast.json()["prediction"]["step_time_s"] < plain.json()["prediction"]["step_time_s"]
+    refused = api.post("/v1/evaluations", json=_body(fp8_output_proj=True, precision="fp8"))
+    assert "training.fp8_output_proj" in " ".join(error_fields(assert_problem(refused, 422)))
+    megatron = export_plan(_plan(fp8_output_proj=True), ExportFormat.MEGATRON)
+    assert megatron.exact and "--fp8-output-proj" in megatron.files[0].text
+    assert "--fp8-output-proj" not in export_plan(_plan(), ExportFormat.MEGATRON).files[0].text
+    nemo = export_plan(_plan(fp8_output_proj=True), ExportFormat.NEMO)
+    assert nemo.exact and "fp8_output_proj: true" in nemo.files[0].text
+    for fmt in (ExportFormat.TORCHTITAN, ExportFormat.DEEPSPEED):
+        exported = export_plan(_plan(fp8_output_proj=True), fmt)
+        (difference,) = [d for d in exported.differences if d.field == "training.fp8_output_proj"]
+        assert difference.exported == "false" and "logits GEMM runs in 16 bit" in difference.reason
+
+
+def test_the_26_08_recipes_that_run_the_mxfp8_head_are_costed_with_it():
+    """_enable_deepseek_full_iteration_mxfp8(..., fp8_output_proj=True) and
+    _apply_gpt_oss_120b_full_iter_fp8mx_configs set it; the Qwen3 recipes do not."""
+    inputs = load_inputs()
+    for record in load_mbridge2608_records():
+        settings = record_settings(record, inputs)
+        training = training_for(record, settings, _model_for(record, settings))
+        assert training.fp8_output_proj is ("qwen3" not in record["id"])

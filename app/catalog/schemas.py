@@ -507,6 +507,9 @@ class StackFacts(BaseModel):
     fp8_attention: bool = Field(
         description="the fused attention kernel runs its GEMMs in FP8 (Transformer Engine's fp8_dpa, cuDNN FP8 attention); only with precision fp8 or mxfp8"
     )
+    fp8_output_proj: bool = Field(
+        description="the output layer's logits GEMM runs in MXFP8 (Megatron-core's fp8_output_proj); only with precision mxfp8"
+    )
 
 
 class StackFactSources(BaseModel):
@@ -540,6 +543,7 @@ class StackFactSources(BaseModel):
     allocator_fragmentation_fraction: str
     kv_head_subsharding: str
     fp8_attention: str
+    fp8_output_proj: str
 
 
 class StackEntry(BaseModel):

@@ -165,6 +165,13 @@ class Training(BaseModel):
             "fp8_dot_product_attention, cuDNN FP8 attention); needs precision fp8 or mxfp8 and fused attention; null: the stack's"
         ),
     )
+    fp8_output_proj: Flag | None = Field(
+        None,
+        description=(
+            "the output layer's logits GEMM runs in MXFP8 under the recipe's autocast (Megatron-core's fp8_output_proj, "
+            "--fp8-output-proj); needs precision mxfp8; null: the stack's"
+        ),
+    )
     # Megatron-core's --recompute-modules (solver.spec.training.RecomputeModule): what a selectively
     # recomputed layer recomputes where the stack's selective mode is "attention".
     recompute_modules: list[Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act"]] | None = Field(

@@ -763,8 +763,11 @@ def loss_peak_bytes_per_logit(
 
 def _head_profile(
     model: ModelSpec, cluster: ClusterSpec, precision: Precision,
-    shape: ProfileShape, seq_length: int, loss_bytes_per_logit: int = BYTES_FP32,
+    shape: ProfileShape, seq_length: int, loss_bytes_per_logit: int = BYTES_FP32, fp8_output_proj: bool = False,
 ) -> LayerProfile:
+    """The output layer and the loss on the last stage. The logits GEMM runs in 16 bit, or in MXFP8
+    with ``fp8_output_proj`` (``TrainingSpec.fp8_output_proj``), which then quantises its input
+    forward and the logits' gradient backward at MXFP8's bytes per element, one kernel each."""
     tp_size, micro_batch_size, sequence_parallel = shape.tp_size, shape.micro_batch_size, shape.sequence_parallel
     gpu = cluster.gpu
     t, h, vocab = tp_size, model.hidden_size, model.vocab_size
@@ -772,7 +775,8 @@ def _head_profile(
     tokens_local = tokens / t if sequence_parallel else tokens
     predicted = predicted_tokens(model, tokens)
     precision16 = _sixteen_bit(precision)
-    gemm_forward_s = gemm_time_s(gpu, precision16, predicted, vocab / t, h)
+    logits_precision = Precision.MXFP8 if fp8_output_proj else precision16
+    gemm_forward_s = gemm_time_s(gpu, logits_precision, predicted, vocab / t, h)
     if model.architecture is Architecture.ENCODER:
         gemm_forward_s += gemm_time_s(gpu, precision16, predicted, h, h)  # BERT's MLM dense transform
     elementwise_forward_s = elementwise_time_s(
@@ -780,6 +784,10 @@ def _head_profile(
     )
     forward_s = gemm_forward_s + elementwise_forward_s
     backward_s = BACKWARD_TO_FORWARD * gemm_forward_s + ELEMENTWISE_BACKWARD_TO_FORWARD * elementwise_forward_s
+    if fp8_output_proj:
+        quantise = QUANTISATION[Precision.MXFP8].bytes_per_element
+        forward_s += elementwise_time_s(gpu, quantise * predicted * h, kernels=1)
+        backward_s += elementwise_time_s(gpu, quantise * predicted * vocab / t, kernels=1)
     # Backward all-reduce of the logits-projection input gradient.
     tp_comm_s = _activation_all_reduce_s(cluster, tokens, h, t)
     # Final norm input, projection input, fp32 softmax of the local vocabulary shard
@@ -913,7 +921,7 @@ def _dense_layers(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
         training.loss_dtype, training.loss_kernel, training.fused_kernels, training.loss_keeps_logits,
         vocab_parallel=shape.tp_size > 1,
     )
-    head = _head_profile(model, cluster, training.precision, *args, loss_bytes_per_logit=loss_bytes)
+    head = _head_profile(model, cluster, training.precision, *args, loss_bytes_per_logit=loss_bytes, fp8_output_proj=training.fp8_output_proj)
     return _DenseLayers(layer, dense_layer, embedding, head)
 
 

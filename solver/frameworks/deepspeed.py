@@ -47,6 +47,7 @@ from solver.frameworks.export import (
     without_bf16_moments,
     without_fp8_act_input,
     without_fp8_attention,
+    without_fp8_output_proj,
 )
 from solver.spec.dimensions import NvmeOffload, Offload
 from solver.spec.legality import offload_zero_stage, uniform_partition
@@ -261,7 +262,8 @@ def exact_config(plan: PlanToExport) -> Nearest:
         ))
         training = replace(training, recompute_modules=DEFAULT_RECOMPUTE_MODULES)
     training, fp8_attention = without_fp8_attention(training, "Megatron-DeepSpeed")
-    out.extend(fp8_attention)
+    training, output_proj = without_fp8_output_proj(training, "Megatron-DeepSpeed")
+    out.extend((*fp8_attention, *output_proj))
     if training.precision in (Precision.FP8, Precision.MXFP8, Precision.NVFP4):
         out.append(differs(
             "training.precision", training.precision.value, "bf16",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Any
 
 from solver.spec.dimensions import NvmeOffload
 from solver.spec.legality import stage_layer_counts
@@ -341,17 +342,28 @@ def without_launch_blocking(training: TrainingSpec, framework: str) -> tuple[Tra
     )
 
 
+def _without_flag(training: TrainingSpec, flag: str, why: str, consequence: str) -> tuple[TrainingSpec, tuple["Difference", ...]]:
+    """The same training with the boolean ``flag`` off where the plan had it on, and the difference
+    that says so (``why`` the launch does not run it, and what that costs)."""
+    if not getattr(training, flag):
+        return training, ()
+    off: dict[str, Any] = {flag: False}
+    return replace(training, **off), (differs(f"training.{flag}", True, False, f"{why}: {consequence}"),)
+
+
 def without_fp8_attention(training: TrainingSpec, framework: str, reason: str = "") -> tuple[TrainingSpec, tuple["Difference", ...]]:
     """For a framework whose launch runs attention in 16 bit: the same training without FP8
     attention (``training.fp8_attention``), a difference saying the attention GEMMs take longer
     than planned. ``reason``: why the framework does not run it (default: it has no FP8 attention)."""
-    if not training.fp8_attention:
-        return training, ()
-    why = reason or f"{framework} has no FP8 attention kernel"
-    return replace(training, fp8_attention=False), (
-        differs("training.fp8_attention", True, False,
-                f"{why}: attention runs in 16 bit, its GEMMs take longer than planned"),
-    )
+    return _without_flag(training, "fp8_attention", reason or f"{framework} has no FP8 attention kernel",
+                         "attention runs in 16 bit, its GEMMs take longer than planned")
+
+
+def without_fp8_output_proj(training: TrainingSpec, framework: str, reason: str = "") -> tuple[TrainingSpec, tuple["Difference", ...]]:
+    """For a framework whose launch keeps the output layer in 16 bit: the same training without
+    ``training.fp8_output_proj``, a difference saying the logits GEMM takes longer than planned."""
+    return _without_flag(training, "fp8_output_proj", reason or f"{framework} has no MXFP8 output projection",
+                         "the logits GEMM runs in 16 bit and takes longer than planned")
 
 
 def listed(values: tuple[int, ...] | None) -> str:

@@ -248,6 +248,9 @@ def arguments(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSp
         if parallel.zero_stage == ZeroStage.OS or strategy is not None:
             args.append(("--overlap-param-gather", None))
     args += precision_arguments(training.precision)
+    if training.fp8_output_proj:
+        # TransformerConfig.fp8_output_proj (NVIDIA/Megatron-LM #4825): the LM head under the MXFP8 autocast.
+        args.append(("--fp8-output-proj", None))
     args.append(("--attention-backend", "flash" if training.flash_attention else "unfused"))
     if training.loss_kernel is LossKernel.IN_PLACE:
         # Transformer Engine's cross entropy (megatron/core/model_parallel_config.py

@@ -208,6 +208,8 @@ def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[st
     if training.fp8_attention:
         # The TransformerConfig field megatron-core hands to Transformer Engine's recipe as fp8_dpa.
         out["fp8_dot_product_attention"] = True
+    if training.fp8_output_proj:
+        out["fp8_output_proj"] = True  # TransformerConfig: the LM head under the MXFP8 autocast
     if training.loss_kernel is LossKernel.IN_PLACE:
         # TransformerConfig's fields for Transformer Engine's cross entropy (the loss costed).
         out.update({"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"})

@@ -37,6 +37,7 @@ from solver.frameworks.export import (
     without_bf16_moments,
     without_fp8_act_input,
     without_fp8_attention,
+    without_fp8_output_proj,
     without_launch_blocking,
     without_nvme,
 )
@@ -166,7 +167,10 @@ def exact_config(plan: PlanToExport) -> Nearest:
     training, fp8_attention = without_fp8_attention(
         training, "torchtitan", "torchtitan's float8 and MXFP8 convert the linear layers only (torchao); F.scaled_dot_product_attention runs in 16 bit",
     )
-    return Nearest(parallel, training, (*out, *moments, *act_input, *blocking, *fp8_attention))
+    training, output_proj = without_fp8_output_proj(
+        training, "torchtitan", "this export quantises torchtitan's transformer layers' linears only, not the output layer",
+    )
+    return Nearest(parallel, training, (*out, *moments, *act_input, *blocking, *fp8_attention, *output_proj))
 
 
 def model_parts(plan: PlanToExport, parallel: ParallelConfig) -> list[list[str]]:

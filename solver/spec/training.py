@@ -441,6 +441,11 @@ class TrainingSpec:
     # to FP8 forward and the output gradient backward; the softmax stays in fp32. Only with the FP8
     # or MXFP8 precision (the recipes megatron-core hands fp8_dpa to) and fused attention.
     fp8_attention: bool = False
+    # Whether the output layer's projection (the logits GEMM) runs in MXFP8 under the recipe's
+    # autocast instead of 16 bit: Megatron-core's TransformerConfig.fp8_output_proj (NVIDIA/Megatron-LM
+    # 3f6a2ed844, #4825, 2026-05; --fp8-output-proj), which requires fp8_recipe 'mxfp8'. Its input is
+    # quantised forward and the logits' gradient backward, as the linear layers' are.
+    fp8_output_proj: bool = False
 
     def __post_init__(self) -> None:
         check_positive_int("training.global_batch_size", self.global_batch_size)
@@ -465,7 +470,7 @@ class TrainingSpec:
                 "training.recompute_modules", f"must list some of {', '.join(m.value for m in RecomputeModule)}, got {self.recompute_modules!r}"
             ) from None
         object.__setattr__(self, "recompute_modules", modules)
-        for flag in ("launch_blocking", "kv_head_subsharding", "fp8_attention"):
+        for flag in ("launch_blocking", "kv_head_subsharding", "fp8_attention", "fp8_output_proj"):
             if not isinstance(getattr(self, flag), bool):
                 raise SpecError(f"training.{flag}", f"must be true or false, got {getattr(self, flag)!r}")
         if self.fp8_attention and self.precision not in (Precision.FP8, Precision.MXFP8):
@@ -473,6 +478,12 @@ class TrainingSpec:
                 "training.fp8_attention",
                 "FP8 attention rides on an FP8 recipe (megatron-core passes fp8_dpa to Transformer Engine's FP8 and MXFP8"
                 f" recipes): set training.precision to fp8 or mxfp8, got {self.precision.value}",
+            )
+        if self.fp8_output_proj and self.precision is not Precision.MXFP8:
+            raise SpecError(
+                "training.fp8_output_proj",
+                "Megatron-core runs the output projection in MXFP8 only (fp8_output_proj requires fp8_recipe 'mxfp8'):"
+                f" set training.precision to mxfp8, got {self.precision.value}",
             )
         if self.fp8_attention and not self.flash_attention:
             raise SpecError("training.fp8_attention", "FP8 attention is a fused attention kernel (cuDNN): it needs training.flash_attention true")
