@@ -329,19 +329,6 @@ def launch_environment(training: TrainingSpec) -> list[str]:
     return ["export CUDA_LAUNCH_BLOCKING=1"] if training.launch_blocking else []
 
 
-def without_launch_blocking(training: TrainingSpec, framework: str) -> tuple[TrainingSpec, tuple["Difference", ...]]:
-    """For an export that is a configuration file, which does not set the environment the job
-    starts in: the same training with asynchronous launches, a difference naming
-    ``training.launch_blocking`` (the plan's host time per layer then hides behind the GPU's)."""
-    if not training.launch_blocking:
-        return training, ()
-    return replace(training, launch_blocking=False), (
-        differs("training.launch_blocking", True, False,
-                f"{framework}'s configuration file cannot set CUDA_LAUNCH_BLOCKING: started without it, kernel launches run ahead"
-                " of the GPU and steps take less time than planned; export CUDA_LAUNCH_BLOCKING=1 where the job starts to run as planned"),
-    )
-
-
 def _without_flag(training: TrainingSpec, flag: str, why: str, consequence: str) -> tuple[TrainingSpec, tuple["Difference", ...]]:
     """The same training with the boolean ``flag`` off where the plan had it on, and the difference
     that says so (``why`` the launch does not run it, and what that costs)."""
@@ -349,6 +336,17 @@ def _without_flag(training: TrainingSpec, flag: str, why: str, consequence: str)
         return training, ()
     off: dict[str, Any] = {flag: False}
     return replace(training, **off), (differs(f"training.{flag}", True, False, f"{why}: {consequence}"),)
+
+
+def without_launch_blocking(training: TrainingSpec, framework: str) -> tuple[TrainingSpec, tuple["Difference", ...]]:
+    """For an export that is a configuration file, which does not set the environment the job
+    starts in: the same training with asynchronous launches, a difference naming
+    ``training.launch_blocking`` (the plan's host time per layer then hides behind the GPU's)."""
+    return _without_flag(
+        training, "launch_blocking", f"{framework}'s configuration file cannot set CUDA_LAUNCH_BLOCKING",
+        "started without it, kernel launches run ahead of the GPU and steps take less time than planned;"
+        " export CUDA_LAUNCH_BLOCKING=1 where the job starts to run as planned",
+    )
 
 
 def without_fp8_attention(training: TrainingSpec, framework: str, reason: str = "") -> tuple[TrainingSpec, tuple["Difference", ...]]:
