@@ -15,6 +15,7 @@ import pytest
 
 import catalog
 from bench import accuracy
+from bench.microbatch_split import critical_micro_batches
 from conftest import assert_problem, error_fields
 from solver.cost.analytic import BACKWARD_TO_FORWARD, analytic_profile, dispatcher_host_floor_s
 from solver.cost.profile import ProfileShape
@@ -42,8 +43,8 @@ def _slot_s_per_layer(record: dict, model_layers: int) -> float:
     """A micro-batch slot's time per layer of a stage: the step over (m + pp - 1) slots of
     layers / pp layers each (1F1B)."""
     par = record["parallel"]
-    micro_batches = par["global_batch"] // (par["dp"] * par["micro_batch"])
-    return record["measured"]["iteration_time_s"] / (micro_batches + par["pp"] - 1) / (model_layers / par["pp"])
+    slots = critical_micro_batches(par["global_batch"], par["micro_batch"], par["dp"], par["pp"])
+    return record["measured"]["iteration_time_s"] / slots / (model_layers / par["pp"])
 
 
 def test_the_host_time_is_the_b300_micro_batch_1_steps_per_forward_pass():
