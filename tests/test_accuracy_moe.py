@@ -1,7 +1,8 @@
 """The mixture-of-experts runs of the accuracy bench (issue 16): published pre-training throughput
 with expert parallelism (bench/data/published_runs_moe.json: DeepSeek-V3 from NVIDIA's
 Megatron-Bridge performance summary, Mixtral and Llama 4 Scout from NVIDIA's NeMo performance
-summary, DeepSeek-V3's own report, Qwen3 and gpt-oss from the same Megatron-Bridge summary), evaluated as their own families, deterministically."""
+summary, DeepSeek-V3's own report, Qwen3 and gpt-oss from the same Megatron-Bridge summary, Kimi K2
+from its 26.06 archive), evaluated as their own families, deterministically."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from bench.accuracy import (
 )
 from solver.cost.flops import active_parameter_count, embedding_parameter_count, total_parameter_count
 
-FAMILIES = ("mbridge-moe", "nemo-moe", "deepseek-v3-report", "mbridge-qwen3", "mbridge-gptoss")
+FAMILIES = ("mbridge-moe", "nemo-moe", "deepseek-v3-report", "mbridge-qwen3", "mbridge-gptoss", "mbridge-kimi")
 
 # The runs whose layer split no source states (61 DeepSeek-V3 layers on a pipeline whose
 # pipeline_model_parallel_layout NVIDIA did not publish): the bench fills NVIDIA's published
@@ -44,7 +45,7 @@ def moe_results():
 
 def test_every_moe_record_is_evaluated(moe_results):
     records = load_moe_records()
-    assert len(records) == 33
+    assert len(records) == 34
     assert [r.run_id for r in moe_results] == [record["id"] for record in records]
     assert [r.run_id for r in moe_results if r.skipped] == []
     for r in moe_results:

@@ -24,7 +24,7 @@ training = st.fixed_dictionaries(
     {"global_batch_size": small_ints, "seq_length": st.sampled_from([1, 512, 2048, 4096, 0])},
     optional={
         "precision": st.sampled_from(["fp16", "bf16", "fp8", "fp4"]),
-        "optimizer": st.sampled_from(["adam", "sgd", "lion"]),
+        "optimizer": st.sampled_from(["adam", "sgd", "muon", "lion"]),
         "train_tokens": st.one_of(st.none(), st.floats(min_value=-1, max_value=1e13, allow_nan=False)),
     },
 )
@@ -55,7 +55,7 @@ typed_bodies = st.fixed_dictionaries(
         "cluster": st.sampled_from(["dgx-a100-80gb-x1", "dgx-h100-x8", "dgx1-v100-x1", "mi300x-x8"]),
         "training": st.fixed_dictionaries(
             {"global_batch_size": st.sampled_from([1, 8, 64, 96, 512]), "seq_length": st.sampled_from([512, 2048, 4096])},
-            optional={"precision": st.sampled_from(["fp16", "bf16", "fp8"]), "optimizer": st.sampled_from(["adam", "sgd"])},
+            optional={"precision": st.sampled_from(["fp16", "bf16", "fp8"]), "optimizer": st.sampled_from(["adam", "sgd", "muon"])},
         ),
         "parallel": st.fixed_dictionaries(
             {"dp_size": typed_ints, "tp_size": st.sampled_from([1, 2, 4, 8]), "pp_size": st.sampled_from([1, 2, 4, 8])},

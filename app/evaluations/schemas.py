@@ -47,7 +47,14 @@ class Training(BaseModel):
     precision: Literal["fp16", "bf16", "fp8", "mxfp8", "nvfp4"] = Field(
         "bf16", description="GEMM precision; fp8, mxfp8 and nvfp4 need a GPU with that tensor-core peak (else 422)"
     )
-    optimizer: Literal["adam", "sgd"] = "adam"
+    optimizer: Literal["adam", "sgd", "muon"] = Field(
+        "adam",
+        description=(
+            "adam (fp32 master weights, momentum and variance), sgd (with momentum) or muon (momentum; each weight"
+            " matrix's update orthogonalised by Newton-Schulz GEMMs on the GPU, embeddings and the output layer"
+            " stepped by Adam, as Megatron-core runs it); muon takes no offload (else 422)"
+        ),
+    )
     train_tokens: TrainTokens | None = not_given()
     stack: Reference | None = Field(None, description="software stack (catalog name); null: the catalog's default stack")
     # Facts a stack sets; null: the stack's value.

@@ -22,6 +22,7 @@ from solver.cost.flops import (
     model_flops_per_iteration,
 )
 from solver.cost.memory import GIB_BYTES, in_flight_micro_batches
+from solver.cost.muon import muon_step_s
 from solver.cost.offload import (
     activation_offload_exposed_s,
     gpus_sharing_host,
@@ -55,7 +56,7 @@ from solver.spec.legality import check_structure, placement_violations
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.rules import Rule, Violation
-from solver.spec.training import Framework, PipelineSchedule, TrainingSpec, Zero3Collectives
+from solver.spec.training import Framework, OptimizerKind, PipelineSchedule, TrainingSpec, Zero3Collectives, ZeroStage
 
 # The usable share of GPU memory: from 0.1% (below it not even the runtime reserve fits any GPU the
 # specs admit) to all of it.
@@ -114,6 +115,7 @@ def evaluate(
         _tail(
             cost, cluster, training, parallel, stage_policy, policy,
             zero3_collectives_per_pass(model, training, parallel, stage, layers), num_gpus,
+            _muon_step_s(model, cluster, training, parallel, stage_policy, layers),
         )
         for stage, (cost, layers) in enumerate(zip(costs, chunks))
     ]
@@ -195,14 +197,30 @@ def zero3_collectives_per_pass(
     )
 
 
+def _muon_step_s(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig, stage_policy: StagePolicy,
+    layers: list[tuple[int, bool]],
+) -> float:
+    """Muon's orthogonalisation on one GPU of the stage holding ``layers`` (``solver.cost.muon``;
+    0 for other optimizers): its matrices shared over the data-parallel ranks where the optimizer
+    is distributed (ZeRO-1 and up: Megatron-core's layer-wise distributed optimizer)."""
+    if training.optimizer is not OptimizerKind.MUON:
+        return 0.0
+    return muon_step_s(
+        model, cluster, [i for i, _ in layers], parallel.tp_size, stage_policy.dp_size, parallel.ep_size,
+        stage_policy.expert_dp_size, distributed=parallel.zero_stage >= ZeroStage.OS,
+    )
+
+
 def _tail(
     cost: StageCost, cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig, stage_policy: StagePolicy,
-    policy: Policy, zero3_calls: int, num_gpus: int,
+    policy: Policy, zero3_calls: int, num_gpus: int, muon_s: float = 0.0,
 ) -> _Tail:
-    """One stage's data-parallel synchronisation not hidden by compute, and its optimizer step.
-    With offload (``solver.cost.offload``) the step is the CPU's, and the PCIe transfers that
-    compute does not hide are counted with the data-parallel traffic (they move the same shard
-    that ZeRO reduces and gathers)."""
+    """One stage's data-parallel synchronisation not hidden by compute, and its optimizer step
+    (with Muon's orthogonalisation, ``muon_s``, on top of its element-wise step). With offload
+    (``solver.cost.offload``) the step is the CPU's, and the PCIe transfers that compute does not
+    hide are counted with the data-parallel traffic (they move the same shard that ZeRO reduces
+    and gathers)."""
     time = cost.time
 
     def exposed_s(group: ParallelConfig, parameter_count: float) -> float:
@@ -223,7 +241,7 @@ def _tail(
         rate = host_copy_bytes_per_s(cluster, num_gpus)
         exposed += stage_policy.num_micro_batches * activation_offload_exposed_s(cost.activation_offload, rate)
     if parallel.offload is Offload.NONE:
-        return _Tail(exposed, optimizer_step_s(cluster.gpu, cost.parameter_count, stage_policy, experts))
+        return _Tail(exposed, optimizer_step_s(cluster.gpu, cost.parameter_count, stage_policy, experts) + muon_s)
     shard = optimizer_shard_parameter_count(cost.parameter_count, stage_policy, experts)
     layer_shard = cost.largest_layer_parameter_count * shard / cost.parameter_count if cost.parameter_count else 0.0
     exposed += stage_policy.num_micro_batches * offload_exposed_s(

@@ -18,6 +18,7 @@ MASTER_BYTES_PER_PARAM = 4  # the optimizer's fp32 master weights, whatever its 
 MOMENTS_PER_PARAM = {
     OptimizerKind.ADAM: 2,  # momentum and variance (exp_avg, exp_avg_sq)
     OptimizerKind.SGD: 1,  # momentum
+    OptimizerKind.MUON: 1,  # momentum (its Adam-stepped parameters' second moment: solver.cost.muon)
 }
 MOMENT_BYTES = {
     MomentsDtype.FP32: 4,
@@ -28,7 +29,8 @@ MOMENT_BYTES = {
 def optimizer_bytes_per_param(optimizer: OptimizerKind, moments: MomentsDtype = MomentsDtype.FP32) -> int:
     """The optimizer's state per parameter (the ZeRO paper's K): fp32 master weights and the
     moments in ``moments``. Adam: 4 + 4 + 4 = 12 with fp32 moments, 4 + 2 + 2 = 8 with bf16 ones
-    (DeepSeek-V3, arXiv 2412.19437 Sec 3.3.3); SGD with momentum: 4 + 4 = 8, or 4 + 2 = 6."""
+    (DeepSeek-V3, arXiv 2412.19437 Sec 3.3.3); SGD with momentum and Muon: 4 + 4 = 8, or 4 + 2
+    = 6."""
     return MASTER_BYTES_PER_PARAM + MOMENTS_PER_PARAM[optimizer] * MOMENT_BYTES[moments]
 
 
@@ -175,7 +177,8 @@ def optimizer_step_bytes_per_param(optimizer: OptimizerKind, moments: MomentsDty
 
     Adam: read fp32 master, momentum, variance (12) and the 16-bit gradient (2), write the three
     fp32 tensors (12) and the 16-bit weight (2), plus reading gradients once for the norm used
-    in clipping (2) = 30. SGD with momentum: 8 + 2 + 8 + 2 + 2 = 22. Moments kept in bf16
+    in clipping (2) = 30. SGD with momentum: 8 + 2 + 8 + 2 + 2 = 22, and Muon's element-wise part
+    the same (its Newton-Schulz GEMMs: solver.cost.muon). Moments kept in bf16
     (``moments``) are read and written at 2 bytes each instead of 4: Adam 30 - 8 = 22, SGD 22 - 4
     = 18 (Transformer Engine's FusedAdam computes in fp32 from the stored dtype).
     """

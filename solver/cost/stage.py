@@ -25,6 +25,7 @@ from solver.cost.memory import (
     FRAGMENTATION_FRACTION,
     GRAD_ACCUMULATION_BYTES_PER_PARAM,
     GRAD_BYTES_PER_PARAM,
+    MOMENT_BYTES,
     WEIGHT_BYTES_PER_PARAM,
     ZERO3_PREFETCHED_LAYERS,
     model_state_bytes,
@@ -33,6 +34,7 @@ from solver.cost.memory import (
     pipelined_sharding,
     reserve_bytes,
 )
+from solver.cost.muon import adam_moment_bytes
 from solver.cost.offload import (
     checkpoint_buffer_bytes,
     gpu_model_states,
@@ -383,6 +385,10 @@ def stage_cost(
     largest = max(parameters, default=0)
     experts = sum(expert_parameters)
     held = stage_state_bytes(params, experts, policy)
+    if policy.optimizer is OptimizerKind.MUON:
+        shards = policy.dp_size if policy.zero_stage >= ZeroStage.OS else 1
+        extra = adam_moment_bytes(sum(layer.parameter_count for layer in extras), MOMENT_BYTES[policy.moments_dtype], shards)
+        held = {**held, "optimizer_states": held["optimizer_states"] + extra}
     states = gpu_model_states(held, policy.offload, policy.zero_stage)
     # Activation offload sends the checkpoints of fully recomputed layers to the host.
     offloaded = [layer.checkpoint_bytes for layer, full in layers if full] if offloads_activations(policy.offload) else []

@@ -48,6 +48,8 @@ from solver.frameworks.export import (
     without_fp8_act_input,
     without_fp8_attention,
     without_fp8_output_proj,
+    without_muon,
+    without_overlap_grad_reduce,
 )
 from solver.spec.dimensions import NvmeOffload, Offload
 from solver.spec.legality import offload_zero_stage, uniform_partition
@@ -232,13 +234,13 @@ def exact_config(plan: PlanToExport) -> Nearest:
                 " (activation_checkpoint_interval); every layer needs no more memory, and more time",
             ))
             parallel = all_full(parallel)
-        if training.overlap_grad_reduce:
-            out.append(differs(
-                "training.overlap_grad_reduce", True, False,
-                "DeepSpeed's pipeline engine reduces gradients after the last backward pass of the"
-                " step (ReduceGrads follows the last BackwardPass): same memory, more time",
-            ))
-            training = replace(training, overlap_grad_reduce=False)
+        training, reduce = without_overlap_grad_reduce(
+            training,
+            "DeepSpeed's pipeline engine reduces gradients after the last backward pass of the step (ReduceGrads follows the"
+            " last BackwardPass)",
+            "same memory, more time",
+        )
+        out += reduce
     elif form is RecomputeForm.MIXED:
         out.append(differs(
             "parallel.recompute", f"selective, full in {list(full_recompute_counts(plan, parallel))} layers", "full in every layer",
@@ -270,13 +272,14 @@ def exact_config(plan: PlanToExport) -> Nearest:
             f"DeepSpeed and Megatron-DeepSpeed have no {training.precision.value} GEMM setting; bf16 GEMMs take longer",
         ))
         training = replace(training, precision=Precision.BF16)
+    training, muon = without_muon(training, "DeepSpeed")
     training, moments = without_bf16_moments(
         training,
         "the optimizer this ds_config.json configures (DeepSpeed's fp32 optimizer beside its bf16/fp16 engine, or its CPU Adam)"
         " keeps Adam's moments in fp32",
     )
     training, act_input = without_fp8_act_input(plan.model, training, "DeepSpeed-MoE")
-    return Nearest(parallel, training, (*out, *moments, *act_input))
+    return Nearest(parallel, training, (*out, *muon, *moments, *act_input))
 
 
 def ds_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSpec) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from solver.spec.dimensions import NvmeOffload
 from solver.spec.legality import stage_layer_counts
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig, micro_batch_count
-from solver.spec.training import ActInputDtype, MomentsDtype, Recompute, TrainingSpec
+from solver.spec.training import ActInputDtype, MomentsDtype, OptimizerKind, Recompute, TrainingSpec
 
 # A launcher or program flag and its value: None for a switch, a tuple for a flag taking several
 # values (argparse nargs, e.g. Megatron's --recompute-modules).
@@ -242,6 +242,18 @@ def without_bf16_moments(training: TrainingSpec, reason: str) -> tuple[TrainingS
     )
 
 
+def without_muon(training: TrainingSpec, framework: str) -> tuple[TrainingSpec, tuple["Difference", ...]]:
+    """For a launch config with no Muon optimizer to write: the same training stepped by Adam,
+    whose second moment takes 4 more bytes per parameter and which has no Newton-Schulz step."""
+    if training.optimizer is not OptimizerKind.MUON:
+        return training, ()
+    return replace(training, optimizer=OptimizerKind.ADAM), (
+        differs("training.optimizer", OptimizerKind.MUON.value, OptimizerKind.ADAM.value,
+                f"{framework}'s launch config as this export writes it has no Muon optimizer: the job steps Adam,"
+                " 4 more bytes of optimizer state per parameter than planned and no orthogonalisation step"),
+    )
+
+
 def without_fp8_act_input(model: ModelSpec, training: TrainingSpec, framework: str) -> tuple[TrainingSpec, tuple["Difference", ...]]:
     """For a framework whose MoE experts keep their activation function's input as fc1 wrote it
     (every exported one: DeepSeek-V3's FP8 cache of the SwiGLU input is its own framework's,
@@ -336,6 +348,12 @@ def _without_flag(training: TrainingSpec, flag: str, why: str, consequence: str)
         return training, ()
     off: dict[str, Any] = {flag: False}
     return replace(training, **off), (differs(f"training.{flag}", True, False, f"{why}: {consequence}"),)
+
+
+def without_overlap_grad_reduce(training: TrainingSpec, why: str, consequence: str) -> tuple[TrainingSpec, tuple["Difference", ...]]:
+    """For a launch that reduces gradients only after the last backward: the same training with
+    ``overlap_grad_reduce`` off, and the difference (``why`` and what it costs)."""
+    return _without_flag(training, "overlap_grad_reduce", why, consequence)
 
 
 def without_launch_blocking(training: TrainingSpec, framework: str) -> tuple[TrainingSpec, tuple["Difference", ...]]:

@@ -63,6 +63,7 @@ from solver.frameworks.export import (
     without_fp8_act_input,
     without_fp8_attention,
     without_nvme,
+    without_overlap_grad_reduce,
 )
 from solver.spec.dimensions import Offload
 from solver.spec.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding, Router
@@ -118,6 +119,9 @@ def exact_config(plan: PlanToExport) -> Nearest:
         parallel = replace(parallel, zero_stage=ZeroStage.OS)
     parallel, recompute = exact_recompute(plan, parallel)
     training = plan.training
+    if training.optimizer is OptimizerKind.MUON:
+        parallel, training, muon = _muon_nearest(parallel, training)
+        out += muon
     if plan.training.optimizer is not OptimizerKind.ADAM or not distributed_optimizer(parallel):
         # megatron/core/optimizer/optimizer_config.py at 8f1c2f8ae: '--use-precision-aware-optimizer
         # only supported with adam' and 'only supported with distributed optimizer'.
@@ -133,6 +137,26 @@ def exact_config(plan: PlanToExport) -> Nearest:
         " (Megatron-Bridge: mixed_precision.fp8_dot_product_attention) runs as planned",
     )
     return Nearest(parallel, training, (*out, *recompute, *act_input, *fp8_attention))
+
+
+def _muon_nearest(parallel: ParallelConfig, training: TrainingSpec) -> tuple[ParallelConfig, TrainingSpec, list[Difference]]:
+    """Muon as megatron-core runs it at 8f1c2f8 (megatron/training/arguments.py ``validate_args``:
+    Muon "does not support" the distributed optimizer, Megatron-FSDP, overlap grad reduce or
+    overlap param gather "for now"; ``--optimizer dist_muon`` is its own layer-wise distributed
+    optimizer): ZeRO-1 at most, gradients reduced after backward."""
+    out: list[Difference] = []
+    if parallel.zero_stage > ZeroStage.OS:
+        out.append(differs(
+            "parallel.zero_stage", int(parallel.zero_stage), 1,
+            "megatron-core's Muon does not run under Megatron-FSDP; dist_muon shards the optimizer states only (ZeRO-1),"
+            " so each GPU holds its gradients and parameters whole, more memory than planned",
+        ))
+        parallel = replace(parallel, zero_stage=ZeroStage.OS)
+    training, reduce = without_overlap_grad_reduce(
+        training, "megatron-core's Muon does not overlap the gradient reduction (validate_args asserts it off)",
+        "the reduction runs after the last backward, a longer step than planned",
+    )
+    return parallel, training, [*out, *reduce]
 
 
 def distributed_optimizer(parallel: ParallelConfig) -> bool:
@@ -223,7 +247,14 @@ def arguments(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSp
     if method is not None:
         args += [("--recompute-method", method), ("--recompute-num-layers", str(num_layers))]
     strategy = fsdp_strategy(parallel.zero_stage)
-    if distributed_optimizer(parallel):
+    if training.optimizer is OptimizerKind.MUON:
+        # dist_muon is Muon's layer-wise distributed optimizer, which asserts
+        # --use-distributed-optimizer off; the TP mode is written so the launch orthogonalises
+        # whole matrices as the plan costed (solver.cost.muon; 8f1c2f8's default is blockwise).
+        args += [("--optimizer", "dist_muon" if parallel.zero_stage == ZeroStage.OS else "muon"), ("--muon-tp-mode", "duplicated")]
+    elif training.optimizer is OptimizerKind.SGD:
+        args.append(("--optimizer", "sgd"))
+    if distributed_optimizer(parallel) and training.optimizer is not OptimizerKind.MUON:
         args.append(("--use-distributed-optimizer", None))
     if strategy is not None:
         # Megatron-FSDP as megatron-core's user guide launches it (see the module).

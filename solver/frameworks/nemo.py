@@ -38,6 +38,7 @@ from solver.frameworks.export import (
     without_bf16_moments,
     without_fp8_act_input,
     without_launch_blocking,
+    without_muon,
     without_nvme,
 )
 from solver.frameworks.megatron import exact_recompute, recompute_settings
@@ -123,14 +124,15 @@ def exact_config(plan: PlanToExport) -> Nearest:
         stage_layers = None if split == uniform_partition(n, chunks) else split
         parallel = resplit(parallel, recompute_form(plan, parallel), stage_layers, parallel.virtual_stages)
     parallel, recompute = exact_recompute(plan, parallel)
+    training, muon = without_muon(plan.training, "NeMo")
     training, moments = without_bf16_moments(
-        plan.training,
+        training,
         "the model.optim this export writes (apex's distributed_fused_adam, fused_adam) is not megatron-core's"
         " precision-aware optimizer and keeps Adam's moments in fp32 (the Megatron-LM export writes --exp-avg-dtype bf16)",
     )
     training, act_input = without_fp8_act_input(plan.model, training, "NeMo (megatron-core)")
     training, blocking = without_launch_blocking(training, "NeMo")
-    return Nearest(parallel, training, (*out, *recompute, *moments, *act_input, *blocking))
+    return Nearest(parallel, training, (*out, *recompute, *muon, *moments, *act_input, *blocking))
 
 
 def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[str, YamlValue]]:

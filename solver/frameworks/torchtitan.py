@@ -39,6 +39,7 @@ from solver.frameworks.export import (
     without_fp8_attention,
     without_fp8_output_proj,
     without_launch_blocking,
+    without_muon,
     without_nvme,
 )
 from solver.spec.dimensions import Offload
@@ -159,6 +160,7 @@ def exact_config(plan: PlanToExport) -> Nearest:
             "torchtitan's quantized linears (torchao) run MXFP8, not NVFP4; MXFP8 GEMMs run at half NVFP4's peak",
         ))
         training = replace(training, precision=Precision.MXFP8)
+    training, muon = without_muon(training, "torchtitan")
     training, moments = without_bf16_moments(
         training, "torchtitan's AdamW keeps its moments in the dtype of the parameters it steps, FSDP2's fp32 shards",
     )
@@ -170,7 +172,7 @@ def exact_config(plan: PlanToExport) -> Nearest:
     training, output_proj = without_fp8_output_proj(
         training, "torchtitan", "this export quantises torchtitan's transformer layers' linears only, not the output layer",
     )
-    return Nearest(parallel, training, (*out, *moments, *act_input, *blocking, *fp8_attention, *output_proj))
+    return Nearest(parallel, training, (*out, *muon, *moments, *act_input, *blocking, *fp8_attention, *output_proj))
 
 
 def model_parts(plan: PlanToExport, parallel: ParallelConfig) -> list[list[str]]:

@@ -27,7 +27,7 @@ from solver.spec.errors import SpecError
 from solver.spec.legality import check_structure, nvme_fits_offload, offload_zero_stage, placement_violations, tp_splits_model
 from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.rules import Rule, Violation
-from solver.spec.training import Recompute, TrainingSpec, ZeroStage
+from solver.spec.training import OptimizerKind, Recompute, TrainingSpec, ZeroStage
 
 # A search-space cap: at 256 sequences per micro-batch every GEMM already fills the GPU in
 # solver.cost.compute's wave/k-efficiency model, so larger micro-batches only add activation memory.
@@ -451,6 +451,8 @@ def offload_options(run: SearchRun, pp: int) -> list[Offload]:
             continue
         if not run.request.cluster.has_host_facts:
             run.reject(Rule.OFFLOAD_NEEDS_HOST)
+        elif run.request.training.optimizer is OptimizerKind.MUON:
+            run.reject(Rule.OFFLOAD_OPTIMIZER_KIND)
         elif pp > 1:
             run.reject(Rule.OFFLOAD_WITH_PP)
         else:

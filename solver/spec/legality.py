@@ -14,7 +14,7 @@ from solver.spec.hardware import ClusterSpec
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig, micro_batch_count
 from solver.spec.rules import Rule, Violation
-from solver.spec.training import Recompute, TrainingSpec, ZeroStage
+from solver.spec.training import OptimizerKind, Recompute, TrainingSpec, ZeroStage
 
 
 def uniform_partition(num_layers: int, num_chunks: int) -> tuple[int, ...]:
@@ -77,6 +77,13 @@ def check_structure(
     _check_context_parallel(training, parallel)
     _check_expert_parallel(model, parallel)
     _check_offload(cluster, parallel)
+    if parallel.offload is not Offload.NONE and training.optimizer is OptimizerKind.MUON:
+        raise SpecError(
+            "training.optimizer",
+            f"offload {parallel.offload.value} steps the optimizer on the host, which the planner costs for Adam and SGD;"
+            " Muon orthogonalises each update with GEMMs on the GPU (solver.cost.muon)",
+            Rule.OFFLOAD_OPTIMIZER_KIND,
+        )
     _check_activation_offload(model, cluster, parallel)
     if not cluster.gpu.supports(training.precision):
         raise SpecError("training.precision", f"{cluster.gpu.name} has no {training.precision.value} tensor cores", Rule.PRECISION)

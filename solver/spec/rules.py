@@ -38,6 +38,7 @@ class Rule(str, Enum):
     OFFLOAD_WITH_PP = "offload_with_pp"
     OFFLOAD_NEEDS_ZERO = "offload_needs_zero"
     OFFLOAD_NEEDS_NVME = "offload_needs_nvme"
+    OFFLOAD_OPTIMIZER_KIND = "offload_optimizer_kind"
     NVME_OFFLOAD_MODE = "nvme_offload_mode"
     ACTIVATION_OFFLOAD_LAYERS = "activation_offload_layers"
     # Policy: costed, but a framework cannot run it or the request forbids it.
@@ -78,6 +79,7 @@ _SUMMARIES = {
     Rule.HOST_MEMORY: "what is offloaded does not fit in the nodes' host memory",
     Rule.OFFLOAD_NEEDS_HOST: "offload needs the cluster's host memory, PCIe and host memory bandwidth",
     Rule.OFFLOAD_WITH_PP: "offload is planned without pipeline parallelism (pp_size 1)",
+    Rule.OFFLOAD_OPTIMIZER_KIND: "offload is costed for Adam and SGD, whose step the host runs; Muon's runs on the GPU",
     Rule.OFFLOAD_NEEDS_ZERO: (
         "offload steps each rank's ZeRO shard: stage 1 or more for the optimizer over several ranks, 3 for parameters"
         " and for anything on NVMe"

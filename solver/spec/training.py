@@ -41,6 +41,13 @@ class Precision(str, Enum):
 class OptimizerKind(str, Enum):
     ADAM = "adam"  # Adam / AdamW: fp32 master weights, momentum and variance
     SGD = "sgd"  # SGD with momentum: fp32 master weights and momentum
+    # Muon (K. Jordan et al. 2024, "Muon: An optimizer for hidden layers in neural networks";
+    # at scale: Liu et al. 2025, arXiv 2502.16982; Kimi K2, arXiv 2507.20534): fp32 master
+    # weights and one momentum, the update of each 2-D weight matrix orthogonalised by Newton-
+    # Schulz iterations (solver.cost.muon). Megatron-core's Muon leaves embeddings, the output
+    # layer and 1-D parameters to Adam (megatron/core/optimizer/layer_wise_optimizer.py
+    # ``is_managed_by_layer_wise_optimizer``, NVIDIA/Megatron-LM d98e8a64dd).
+    MUON = "muon"
 
 
 class MomentsDtype(str, Enum):

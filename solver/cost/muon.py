@@ -1,0 +1,150 @@
+"""Muon's optimizer step on the GPU: the Newton-Schulz orthogonalisation of each weight matrix's
+update, and what Muon leaves to Adam.
+
+Muon (K. Jordan et al. 2024, "Muon: An optimizer for hidden layers in neural networks",
+kellerjordan.github.io/posts/muon; at scale Liu et al. 2025, "Muon is Scalable for LLM
+Training", arXiv 2502.16982, and Kimi K2, arXiv 2507.20534) keeps one momentum per parameter
+and replaces each 2-D weight matrix's update by an approximately orthogonal matrix: a few
+iterations of the quintic Newton-Schulz map on the momentum X (m x n, the wider side second):
+
+    A = X X^T            (m x m: 2 m^2 n FLOPs)
+    B = b A + c A A      (2 m^3)
+    X = a X + B X        (2 m^2 n)
+
+so 4 m^2 n + 2 m^3 FLOPs per iteration. How Megatron-core runs it (NVIDIA/Megatron-LM
+d98e8a64dd, megatron/training/arguments.py and megatron/core/optimizer/emerging_optimizers.py,
+layer_wise_optimizer.py), which is what this module costs:
+
+- ``--muon-num-ns-steps`` 5 iterations, quintic coefficients (``--muon-coefficient-type``);
+- ``--muon-fp32-matmul-prec medium``: the fp32 matmuls may run on 16-bit tensor cores, so the
+  GEMMs are costed at the GPU's bf16 rate (fp16 where it has no bf16);
+- ``--muon-split-qkv`` (default on): the fused QKV weight is orthogonalised as its Q, K and V
+  parts; other weights as they are stored (a gated MLP's fused fc1 as one 2f x h matrix, each
+  routed expert's fc1 and fc2 apart, the router's E x h gate);
+- ``--muon-tp-mode duplicated``: each tensor-parallel rank all-gathers the momentum of a split
+  matrix and orthogonalises the whole matrix;
+- with the distributed optimizer (``--use-distributed-optimizer``, the former ``dist_muon``)
+  ``LayerWiseDistributedOptimizer`` assigns whole matrices to the data-parallel ranks (experts'
+  to the expert-data-parallel ranks); each orthogonalises its own and the updated parameters are
+  all-gathered, so a rank's share is about 1 / dp of the stage's matrices. Without it every
+  data-parallel rank orthogonalises all of them;
+- embeddings, the output layer and 1-D parameters (norms, biases) are stepped by Adam
+  (``--muon-scalar-optimizer adam``; ``is_managed_by_layer_wise_optimizer``), whose second
+  moment they keep beside Muon's momentum.
+
+Not costed: the granularity of assigning whole matrices (a rank may get more than 1 / dp of
+the work), and the multi-token-prediction layers' matrices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from solver.cost.comm import all_gather_s, tp_link
+from solver.cost.compute import gemm_time_s
+from solver.spec.hardware import ClusterSpec, GpuSpec
+from solver.spec.model import ModelSpec
+from solver.spec.training import Precision
+
+NEWTON_SCHULZ_STEPS = 5  # Megatron-core's --muon-num-ns-steps default; Jordan et al. 2024
+MOMENTUM_BYTES = 4  # the fp32 momentum a tensor-parallel rank gathers (duplicated mode)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """``count`` weight matrices of ``rows`` x ``cols`` that Muon orthogonalises one by one."""
+
+    rows: int
+    cols: int
+    count: int = 1
+
+    @property
+    def parameters(self) -> int:
+        return self.rows * self.cols * self.count
+
+
+def newton_schulz_flops(rows: int, cols: int, steps: int = NEWTON_SCHULZ_STEPS) -> float:
+    """FLOPs of ``steps`` quintic Newton-Schulz iterations on one rows x cols matrix (see the
+    module docstring): 4 m^2 n + 2 m^3 each, m the shorter side."""
+    m, n = min(rows, cols), max(rows, cols)
+    return steps * (4.0 * m * m * n + 2.0 * m**3)
+
+
+def _newton_schulz_s(gpu: GpuSpec, matrix: Matrix, steps: int = NEWTON_SCHULZ_STEPS) -> float:
+    """Seconds of ``steps`` iterations on each of ``matrix.count`` matrices, one at a time: the
+    three GEMMs of an iteration at the GPU's 16-bit rate (shape-aware, ``compute.gemm_time_s``)."""
+    precision = Precision.BF16 if Precision.BF16 in gpu.peak_flops_per_s else Precision.FP16
+    m, n = min(matrix.rows, matrix.cols), max(matrix.rows, matrix.cols)
+    one = gemm_time_s(gpu, precision, m, m, n) + gemm_time_s(gpu, precision, m, m, m) + gemm_time_s(gpu, precision, m, n, m)
+    return matrix.count * steps * one
+
+
+def _attention_matrices(model: ModelSpec) -> list[Matrix]:
+    """The attention block's matrices: Q, K, V apart (split QKV) and the output; with latent
+    attention (DeepSeek-V2 Sec 2.1) its down, up and output projections, the shapes of
+    ``flops.attention_weight_count``."""
+    h = model.hidden_size
+    if not model.is_mla:
+        return [Matrix(model.q_width, h), Matrix(model.kv_hidden_size, h, 2), Matrix(h, model.q_width)]
+    heads = model.num_attention_heads
+    query_width = heads * (model.qk_head_dim + model.qk_rope_head_dim)
+    query = [Matrix(model.q_lora_rank, h), Matrix(query_width, model.q_lora_rank)] if model.q_lora_rank else [Matrix(query_width, h)]
+    key_value = [
+        Matrix(model.kv_lora_rank + model.qk_rope_head_dim, h),
+        Matrix(heads * (model.qk_head_dim + model.v_head_dim), model.kv_lora_rank),
+    ]
+    return [*query, *key_value, Matrix(h, heads * model.v_head_dim)]
+
+
+def _mlp_matrices(model: ModelSpec, inner: int, count: int = 1) -> list[Matrix]:
+    """An MLP of inner width ``inner`` as Megatron stores it: fc1 (the gate and up projections
+    fused, 2 x inner, for a gated MLP) and fc2."""
+    gated = model.mlp_gemm_count == 3
+    return [Matrix((2 if gated else 1) * inner, model.hidden_size, count), Matrix(model.hidden_size, inner, count)]
+
+
+def layer_matrices(model: ModelSpec, moe: bool) -> tuple[list[Matrix], list[Matrix]]:
+    """(replicated matrices, routed experts' matrices) of one transformer layer (an MoE layer
+    when ``moe``): attention, then the dense MLP, or the router, the shared experts (one MLP of
+    their summed width, Megatron-core's SharedExpertMLP) and every routed expert."""
+    dense = _attention_matrices(model)
+    if not moe:
+        return dense + _mlp_matrices(model, model.ffn_hidden_size), []
+    dense.append(Matrix(model.num_experts, model.hidden_size))
+    if model.num_shared_experts:
+        dense += _mlp_matrices(model, model.num_shared_experts * model.moe_ffn_hidden_size)
+    return dense, _mlp_matrices(model, model.moe_ffn_hidden_size, model.num_experts)
+
+
+def muon_step_s(
+    model: ModelSpec, cluster: ClusterSpec, layer_indices: list[int], tp_size: int, dp_size: int, ep_size: int,
+    expert_dp_size: int, distributed: bool,
+) -> float:
+    """Seconds one GPU of a stage holding ``layer_indices`` spends orthogonalising updates in
+    Muon's step (see the module docstring): its share of the stage's matrices' Newton-Schulz
+    GEMMs, 1 / ``dp_size`` of the replicated ones and 1 / ``expert_dp_size`` of its
+    num_experts / ``ep_size`` local experts' when ``distributed`` (all of them otherwise), plus
+    gathering the momentum of its tensor-parallel split matrices over the ``tp_size`` ranks."""
+    dense_s = expert_s = gathered_parameters = 0.0
+    for moe in (False, True):
+        n = sum(1 for i in layer_indices if model.is_moe_layer(i) == moe)
+        if not n:
+            continue
+        dense, experts = layer_matrices(model, moe)
+        dense_s += n * sum(_newton_schulz_s(cluster.gpu, matrix) for matrix in dense)
+        expert_s += n * sum(_newton_schulz_s(cluster.gpu, matrix) for matrix in experts)
+        gathered_parameters += n * sum(matrix.parameters for matrix in dense)
+    dense_share, expert_share = (1 / dp_size, 1 / expert_dp_size) if distributed else (1.0, 1.0)
+    expert_share /= ep_size  # the routed experts' matrices above are all num_experts of them
+    gather_s = 0.0
+    if tp_size > 1:
+        gather_s = all_gather_s(MOMENTUM_BYTES * gathered_parameters * dense_share, tp_size, tp_link(cluster, tp_size))
+    return dense_share * dense_s + expert_share * expert_s + gather_s
+
+
+def adam_moment_bytes(embedding_and_head_parameters: float, moment_bytes: int, shards: int) -> float:
+    """The second moment Adam keeps for the parameters Muon leaves to it that the planner counts:
+    the embedding and the output layer (``is_embedding_or_output_parameter``), sharded over
+    ``shards`` ranks; the 1-D norms and biases (a few h per layer) and the moment's traffic in the
+    step (8 bytes per such parameter) are left out."""
+    return moment_bytes * embedding_and_head_parameters / shards
