@@ -33,7 +33,10 @@ layer_wise_optimizer.py), which is what this module costs:
   moment they keep beside Muon's momentum.
 
 Not costed: the granularity of assigning whole matrices (a rank may get more than 1 / dp of
-the work), and the multi-token-prediction layers' matrices.
+the work), and the multi-token-prediction layers' matrices. The layer-partition problem charges
+Muon's 8 bytes of state per parameter but not the embedding's and output layer's Adam moment,
+which only the evaluator adds (``solver.cost.stage.stage_cost``): a split the partition solver
+finds may then be judged over capacity by that much, never the reverse.
 """
 
 from __future__ import annotations
