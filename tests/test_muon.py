@@ -27,7 +27,7 @@ from solver.spec.dimensions import Offload
 from solver.spec.errors import SpecError
 from solver.spec.parallel import ParallelConfig
 from solver.spec.rules import Rule
-from solver.spec.training import MomentsDtype, OptimizerKind, Precision, TrainingSpec, ZeroStage
+from solver.spec.training import MomentsDtype, MuonTpMode, OptimizerKind, Precision, TrainingSpec, ZeroStage
 
 H100 = catalog.cluster_spec_from_dict(node_cluster_entry("dgx-h100", 64))
 LLAMA = catalog.get_model("llama3-70b")
@@ -78,11 +78,21 @@ def test_distributed_muon_shares_the_orthogonalisation_over_the_data_parallel_ra
     per_layer = sum(_newton_schulz_s(H100.gpu, m) for m in dense)
     assert alone == pytest.approx(10 * per_layer)
     assert shared == pytest.approx(alone / 8)
-    # Tensor parallelism does not shrink it (duplicated mode: each rank orthogonalises whole
-    # matrices) and adds the momentum's gather over the TP group.
+    # Tensor parallelism does not shrink it in duplicated mode (each rank orthogonalises whole
+    # matrices) and adds one gather of each matrix's fp32 momentum over the TP group.
     gathered = muon_step_s(LLAMA, H100, layers, tp_size=8, dp_size=8, ep_size=1, expert_dp_size=8, distributed=True)
-    parameters = 10 * sum(m.parameters for m in dense)
-    assert gathered == pytest.approx(shared + all_gather_s(4 * parameters / 8, 8, tp_link(H100, 8)))
+    gathers = sum(all_gather_s(4 * 10 / 8 * m.parameters, 8, tp_link(H100, 8), 10 / 8 * m.count) for m in dense)
+    assert gathered == pytest.approx(shared + gathers)
+    # Blockwise (Megatron-Bridge's recipes): each rank orthogonalises its slice, no gather; the
+    # column-parallel Q is cut by rows, the row-parallel output projection by columns.
+    blockwise = muon_step_s(
+        LLAMA, H100, layers, tp_size=8, dp_size=8, ep_size=1, expert_dp_size=8, distributed=True, tp_mode=MuonTpMode.BLOCKWISE,
+    )
+    q, out = dense[0], dense[2]
+    assert (q.shard(8).rows, q.shard(8).cols) == (LLAMA.q_width // 8, LLAMA.hidden_size)
+    assert (out.shard(8).rows, out.shard(8).cols) == (LLAMA.hidden_size, LLAMA.q_width // 8)
+    assert blockwise == pytest.approx(10 / 8 * sum(_newton_schulz_s(H100.gpu, m.shard(8)) for m in dense))
+    assert blockwise < shared / 8
 
 
 def test_a_gpu_orthogonalises_only_its_own_experts():
@@ -169,6 +179,14 @@ def test_megatron_export_runs_distributed_muon_as_costed():
     assert export.training.optimizer is OptimizerKind.MUON
     names = {f.name for f in dataclasses.fields(OptimizerConfig)}
     assert "muon_tp_mode" in names
+    OptimizerConfig(optimizer=flags["--optimizer"], muon_tp_mode=flags["--muon-tp-mode"])
+
+
+def test_megatron_export_writes_the_planned_tp_mode():
+    training = replace(MUON, muon_tp_mode=MuonTpMode.BLOCKWISE)
+    export = export_plan(_plan(ParallelConfig(dp_size=64, zero_stage=ZeroStage.NONE, micro_batch_size=1), training), ExportFormat.MEGATRON)
+    _, flags = script_arguments(_file(export, "pretrain_gpt.sh").text, "pretrain_gpt.py")
+    assert flags["--optimizer"] == "muon" and flags["--muon-tp-mode"] == "blockwise"
     OptimizerConfig(optimizer=flags["--optimizer"], muon_tp_mode=flags["--muon-tp-mode"])
 
 

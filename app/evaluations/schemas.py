@@ -196,6 +196,14 @@ class Training(BaseModel):
             "megatron-core's precision-aware optimizer (--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16), as DeepSeek-V3 trained; null: fp32"
         ),
     )
+    muon_tp_mode: Literal["duplicated", "blockwise"] | None = Field(
+        None,
+        description=(
+            "with optimizer muon, how a tensor-parallel split matrix is orthogonalised (megatron-core --muon-tp-mode):"
+            " duplicated gathers the momentum and orthogonalises the whole matrix on every TP rank, blockwise each rank"
+            " its own shard (Megatron-Bridge's Muon recipes); null: duplicated"
+        ),
+    )
     moe_act_input_dtype: Literal["half", "fp8"] | None = Field(
         None,
         description=(

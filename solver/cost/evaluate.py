@@ -208,7 +208,8 @@ def _muon_step_s(
         return 0.0
     return muon_step_s(
         model, cluster, [i for i, _ in layers], parallel.tp_size, stage_policy.dp_size, parallel.ep_size,
-        stage_policy.expert_dp_size, distributed=parallel.zero_stage >= ZeroStage.OS,
+        stage_policy.expert_dp_size, distributed=parallel.zero_stage >= ZeroStage.OS, tp_mode=training.muon_tp_mode,
+        expert_tp_size=parallel.etp_size,
     )
 
 

@@ -21,8 +21,13 @@ layer_wise_optimizer.py), which is what this module costs:
 - ``--muon-split-qkv`` (default on): the fused QKV weight is orthogonalised as its Q, K and V
   parts; other weights as they are stored (a gated MLP's fused fc1 as one 2f x h matrix, each
   routed expert's fc1 and fc2 apart, the router's E x h gate);
-- ``--muon-tp-mode duplicated``: each tensor-parallel rank all-gathers the momentum of a split
-  matrix and orthogonalises the whole matrix;
+- ``--muon-tp-mode`` (``TrainingSpec.muon_tp_mode``): ``duplicated`` (the default at d98e8a64dd)
+  has each tensor-parallel rank all-gather the momentum of a split matrix and orthogonalise the
+  whole matrix; ``blockwise`` (the default at 8f1c2f8, and Megatron-Bridge's Muon recipes) has it
+  orthogonalise its own shard. Column-parallel weights (Q, K, V, fc1, MLA's up projections) are
+  split by rows, row-parallel ones (the output projection, fc2) by columns; MLA's down projections
+  (``parallel_mode='duplicated'`` in multi_latent_attention.py) and the router are whole on every
+  rank; routed experts split over the expert-tensor-parallel ranks;
 - with the distributed optimizer (``--use-distributed-optimizer``, the former ``dist_muon``)
   ``LayerWiseDistributedOptimizer`` assigns whole matrices to the data-parallel ranks (experts'
   to the expert-data-parallel ranks); each orthogonalises its own and the updated parameters are
@@ -41,29 +46,43 @@ finds may then be judged over capacity by that much, never the reverse.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from solver.cost.comm import all_gather_s, tp_link
 from solver.cost.compute import gemm_time_s
 from solver.spec.hardware import ClusterSpec, GpuSpec
 from solver.spec.model import ModelSpec
-from solver.spec.training import Precision
+from solver.spec.training import MuonTpMode, Precision
 
 NEWTON_SCHULZ_STEPS = 5  # Megatron-core's --muon-num-ns-steps default; Jordan et al. 2024
 MOMENTUM_BYTES = 4  # the fp32 momentum a tensor-parallel rank gathers (duplicated mode)
 
 
+ROWS, COLS = 0, 1  # the dimension a tensor-parallel rank holds a slice of
+
+
 @dataclass(frozen=True)
 class Matrix:
-    """``count`` weight matrices of ``rows`` x ``cols`` that Muon orthogonalises one by one."""
+    """``count`` weight matrices of ``rows`` (outputs) x ``cols`` (inputs) that Muon orthogonalises
+    one by one; ``split`` is the dimension tensor parallelism slices (ROWS: column-parallel, COLS:
+    row-parallel, None: whole on every rank)."""
 
     rows: int
     cols: int
     count: int = 1
+    split: int | None = ROWS
 
     @property
     def parameters(self) -> int:
         return self.rows * self.cols * self.count
+
+    def shard(self, ranks: int) -> "Matrix":
+        """One of ``ranks`` tensor-parallel ranks' slice of it."""
+        if self.split is None or ranks == 1:
+            return self
+        if self.split == ROWS:
+            return replace(self, rows=self.rows // ranks)
+        return replace(self, cols=self.cols // ranks)
 
 
 def newton_schulz_flops(rows: int, cols: int, steps: int = NEWTON_SCHULZ_STEPS) -> float:
@@ -88,22 +107,25 @@ def _attention_matrices(model: ModelSpec) -> list[Matrix]:
     ``flops.attention_weight_count``."""
     h = model.hidden_size
     if not model.is_mla:
-        return [Matrix(model.q_width, h), Matrix(model.kv_hidden_size, h, 2), Matrix(h, model.q_width)]
+        return [Matrix(model.q_width, h), Matrix(model.kv_hidden_size, h, 2), Matrix(h, model.q_width, split=COLS)]
     heads = model.num_attention_heads
     query_width = heads * (model.qk_head_dim + model.qk_rope_head_dim)
-    query = [Matrix(model.q_lora_rank, h), Matrix(query_width, model.q_lora_rank)] if model.q_lora_rank else [Matrix(query_width, h)]
+    query = (
+        [Matrix(model.q_lora_rank, h, split=None), Matrix(query_width, model.q_lora_rank)] if model.q_lora_rank
+        else [Matrix(query_width, h)]
+    )
     key_value = [
-        Matrix(model.kv_lora_rank + model.qk_rope_head_dim, h),
+        Matrix(model.kv_lora_rank + model.qk_rope_head_dim, h, split=None),
         Matrix(heads * (model.qk_head_dim + model.v_head_dim), model.kv_lora_rank),
     ]
-    return [*query, *key_value, Matrix(h, heads * model.v_head_dim)]
+    return [*query, *key_value, Matrix(h, heads * model.v_head_dim, split=COLS)]
 
 
 def _mlp_matrices(model: ModelSpec, inner: int, count: int = 1) -> list[Matrix]:
     """An MLP of inner width ``inner`` as Megatron stores it: fc1 (the gate and up projections
     fused, 2 x inner, for a gated MLP) and fc2."""
     gated = model.mlp_gemm_count == 3
-    return [Matrix((2 if gated else 1) * inner, model.hidden_size, count), Matrix(model.hidden_size, inner, count)]
+    return [Matrix((2 if gated else 1) * inner, model.hidden_size, count), Matrix(model.hidden_size, inner, count, split=COLS)]
 
 
 def layer_matrices(model: ModelSpec, moe: bool) -> tuple[list[Matrix], list[Matrix]]:
@@ -113,7 +135,7 @@ def layer_matrices(model: ModelSpec, moe: bool) -> tuple[list[Matrix], list[Matr
     dense = _attention_matrices(model)
     if not moe:
         return dense + _mlp_matrices(model, model.ffn_hidden_size), []
-    dense.append(Matrix(model.num_experts, model.hidden_size))
+    dense.append(Matrix(model.num_experts, model.hidden_size, split=None))
     if model.num_shared_experts:
         dense += _mlp_matrices(model, model.num_shared_experts * model.moe_ffn_hidden_size)
     return dense, _mlp_matrices(model, model.moe_ffn_hidden_size, model.num_experts)
@@ -121,28 +143,32 @@ def layer_matrices(model: ModelSpec, moe: bool) -> tuple[list[Matrix], list[Matr
 
 def muon_step_s(
     model: ModelSpec, cluster: ClusterSpec, layer_indices: list[int], tp_size: int, dp_size: int, ep_size: int,
-    expert_dp_size: int, distributed: bool,
+    expert_dp_size: int, distributed: bool, tp_mode: MuonTpMode = MuonTpMode.DUPLICATED, expert_tp_size: int = 1,
 ) -> float:
     """Seconds one GPU of a stage holding ``layer_indices`` spends orthogonalising updates in
     Muon's step (see the module docstring): its share of the stage's matrices' Newton-Schulz
     GEMMs, 1 / ``dp_size`` of the replicated ones and 1 / ``expert_dp_size`` of its
-    num_experts / ``ep_size`` local experts' when ``distributed`` (all of them otherwise), plus
-    gathering the momentum of its tensor-parallel split matrices over the ``tp_size`` ranks."""
-    dense_s = expert_s = gathered_parameters = 0.0
+    num_experts / ``ep_size`` local experts' when ``distributed`` (all of them otherwise). Split
+    matrices (over ``tp_size`` ranks, experts over ``expert_tp_size``) are orthogonalised whole
+    after gathering their momentum (``tp_mode`` DUPLICATED) or as the rank's shard (BLOCKWISE)."""
+    dense_share, expert_share = (1 / dp_size, 1 / expert_dp_size) if distributed else (1.0, 1.0)
+    expert_share /= ep_size  # the routed experts' matrices are all num_experts of them
+    compute_s = gather_s = 0.0
     for moe in (False, True):
         n = sum(1 for i in layer_indices if model.is_moe_layer(i) == moe)
         if not n:
             continue
         dense, experts = layer_matrices(model, moe)
-        dense_s += n * sum(_newton_schulz_s(cluster.gpu, matrix) for matrix in dense)
-        expert_s += n * sum(_newton_schulz_s(cluster.gpu, matrix) for matrix in experts)
-        gathered_parameters += n * sum(matrix.parameters for matrix in dense)
-    dense_share, expert_share = (1 / dp_size, 1 / expert_dp_size) if distributed else (1.0, 1.0)
-    expert_share /= ep_size  # the routed experts' matrices above are all num_experts of them
-    gather_s = 0.0
-    if tp_size > 1:
-        gather_s = all_gather_s(MOMENTUM_BYTES * gathered_parameters * dense_share, tp_size, tp_link(cluster, tp_size))
-    return dense_share * dense_s + expert_share * expert_s + gather_s
+        for matrices, share, ranks in ((dense, dense_share, tp_size), (experts, expert_share, expert_tp_size)):
+            for matrix in matrices:
+                split = matrix.split is not None and ranks > 1
+                whole = tp_mode is MuonTpMode.DUPLICATED or not split
+                compute_s += n * share * _newton_schulz_s(cluster.gpu, matrix if whole else matrix.shard(ranks))
+                if split and tp_mode is MuonTpMode.DUPLICATED:
+                    # One gather of its fp32 momentum per matrix this GPU orthogonalises.
+                    gathers = n * share * matrix.count
+                    gather_s += all_gather_s(MOMENTUM_BYTES * gathers * matrix.rows * matrix.cols, ranks, tp_link(cluster, ranks), gathers)
+    return compute_s + gather_s
 
 
 def adam_moment_bytes(embedding_and_head_parameters: float, moment_bytes: int, shards: int) -> float:

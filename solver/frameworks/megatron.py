@@ -250,8 +250,9 @@ def arguments(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSp
     if training.optimizer is OptimizerKind.MUON:
         # dist_muon is Muon's layer-wise distributed optimizer, which asserts
         # --use-distributed-optimizer off; the TP mode is written so the launch orthogonalises
-        # whole matrices as the plan costed (solver.cost.muon; 8f1c2f8's default is blockwise).
-        args += [("--optimizer", "dist_muon" if parallel.zero_stage == ZeroStage.OS else "muon"), ("--muon-tp-mode", "duplicated")]
+        # split matrices as the plan costed (solver.cost.muon; 8f1c2f8's default is blockwise).
+        optimizer = "dist_muon" if parallel.zero_stage == ZeroStage.OS else "muon"
+        args += [("--optimizer", optimizer), ("--muon-tp-mode", training.muon_tp_mode.value)]
     elif training.optimizer is OptimizerKind.SGD:
         args.append(("--optimizer", "sgd"))
     if distributed_optimizer(parallel) and training.optimizer is not OptimizerKind.MUON:

@@ -50,6 +50,17 @@ class OptimizerKind(str, Enum):
     MUON = "muon"
 
 
+class MuonTpMode(str, Enum):
+    """How Muon orthogonalises a tensor-parallel split matrix (megatron-core ``--muon-tp-mode``,
+    solver.cost.muon). DUPLICATED: each TP rank gathers the whole momentum and orthogonalises the
+    whole matrix (Megatron-LM's default at d98e8a64dd). BLOCKWISE: each rank orthogonalises its
+    own shard, no gather (the default at 8f1c2f8; Megatron-Bridge's Muon recipes,
+    recipes/utils/optimizer_utils.py ``distributed_muon_with_cosine_annealing``)."""
+
+    DUPLICATED = "duplicated"
+    BLOCKWISE = "blockwise"
+
+
 class MomentsDtype(str, Enum):
     """The dtype the optimizer keeps its moments in (Adam's first and second, SGD's momentum); its
     master weights stay fp32 either way (``solver.cost.memory.optimizer_bytes_per_param``).
@@ -410,6 +421,8 @@ class TrainingSpec:
     # The dtype of the optimizer's moments (``MomentsDtype``): fp32, or bf16 (Megatron-core's
     # precision-aware optimizer; DeepSeek-V3's training).
     moments_dtype: MomentsDtype = MomentsDtype.FP32
+    # How Muon orthogonalises a tensor-parallel split matrix (``MuonTpMode``; read with Muon only).
+    muon_tp_mode: MuonTpMode = MuonTpMode.DUPLICATED
     # The dtype the MoE experts keep their activation function's input in (``ActInputDtype``):
     # 16 bit, or FP8 (DeepSeek-V3's training).
     moe_act_input_dtype: ActInputDtype = ActInputDtype.HALF
@@ -469,6 +482,7 @@ class TrainingSpec:
         object.__setattr__(self, "expert_gemms", ExpertGemms(self.expert_gemms))
         object.__setattr__(self, "flash_kernel", _member(FlashKernel, self.flash_kernel, "training.flash_kernel"))
         object.__setattr__(self, "moments_dtype", _member(MomentsDtype, self.moments_dtype, "training.moments_dtype"))
+        object.__setattr__(self, "muon_tp_mode", _member(MuonTpMode, self.muon_tp_mode, "training.muon_tp_mode"))
         object.__setattr__(self, "moe_act_input_dtype", _member(ActInputDtype, self.moe_act_input_dtype, "training.moe_act_input_dtype"))
         try:
             modules = tuple(sorted({RecomputeModule(m) for m in self.recompute_modules}, key=list(RecomputeModule).index))
