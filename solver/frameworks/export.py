@@ -244,13 +244,13 @@ def without_bf16_moments(training: TrainingSpec, reason: str) -> tuple[TrainingS
 
 def without_muon(training: TrainingSpec, framework: str) -> tuple[TrainingSpec, tuple["Difference", ...]]:
     """For a launch config with no Muon optimizer to write: the same training stepped by Adam,
-    whose second moment takes 4 more bytes per parameter and which has no Newton-Schulz step."""
+    which keeps a second moment for every parameter and has no Newton-Schulz step."""
     if training.optimizer is not OptimizerKind.MUON:
         return training, ()
     return replace(training, optimizer=OptimizerKind.ADAM), (
         differs("training.optimizer", OptimizerKind.MUON.value, OptimizerKind.ADAM.value,
                 f"{framework}'s launch config as this export writes it has no Muon optimizer: the job steps Adam,"
-                " 4 more bytes of optimizer state per parameter than planned and no orthogonalisation step"),
+                " a second moment per parameter more optimizer memory than planned and no orthogonalisation step"),
     )
 
 
