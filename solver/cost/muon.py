@@ -45,7 +45,7 @@ Megatron-Bridge 26.02 on GB300 NVL72): Kimi K2 at PP4 DP64 EP64 1.021, Qwen3-30B
 Not costed: the granularity of assigning whole matrices (a rank may get more than 1 / dp of
 the work), and the multi-token-prediction layers' matrices. The layer-partition problem charges
 Muon's 8 bytes of state per parameter but not the embedding's and output layer's Adam moment,
-which only the evaluator adds (``solver.cost.stage.stage_cost``): a split the partition solver
+which only the evaluator adds (``solver.cost.stage.stage_cost``, on the optimizer's shard): a split the partition solver
 finds may then be judged over capacity by that much, never the reverse.
 """
 
@@ -175,10 +175,3 @@ def muon_step_s(
                     gather_s += all_gather_s(MOMENTUM_BYTES * gathers * matrix.rows * matrix.cols, ranks, tp_link(cluster, ranks), gathers)
     return compute_s + gather_s
 
-
-def adam_moment_bytes(embedding_and_head_parameters: float, moment_bytes: int, shards: int) -> float:
-    """The second moment Adam keeps for the parameters Muon leaves to it that the planner counts:
-    the embedding and the output layer (``is_embedding_or_output_parameter``), sharded over
-    ``shards`` ranks; the 1-D norms and biases (a few h per layer) and the moment's traffic in the
-    step (8 bytes per such parameter) are left out."""
-    return moment_bytes * embedding_and_head_parameters / shards

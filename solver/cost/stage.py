@@ -34,7 +34,6 @@ from solver.cost.memory import (
     pipelined_sharding,
     reserve_bytes,
 )
-from solver.cost.muon import adam_moment_bytes
 from solver.cost.offload import (
     checkpoint_buffer_bytes,
     gpu_model_states,
@@ -386,9 +385,10 @@ def stage_cost(
     experts = sum(expert_parameters)
     held = stage_state_bytes(params, experts, policy)
     if policy.optimizer is OptimizerKind.MUON:
-        shards = policy.dp_size if policy.zero_stage >= ZeroStage.OS else 1
-        extra = adam_moment_bytes(sum(layer.parameter_count for layer in extras), MOMENT_BYTES[policy.moments_dtype], shards)
-        held = {**held, "optimizer_states": held["optimizer_states"] + extra}
+        # Muon leaves the embedding and the output layer to Adam, whose second moment they keep
+        # on the optimizer's shard (solver.cost.muon; 1-D norms and biases left out).
+        adam_stepped = optimizer_shard_parameter_count(sum(layer.parameter_count for layer in extras), policy)
+        held = {**held, "optimizer_states": held["optimizer_states"] + MOMENT_BYTES[policy.moments_dtype] * adam_stepped}
     states = gpu_model_states(held, policy.offload, policy.zero_stage)
     # Activation offload sends the checkpoints of fully recomputed layers to the host.
     offloaded = [layer.checkpoint_bytes for layer, full in layers if full] if offloads_activations(policy.offload) else []

@@ -76,14 +76,7 @@ def check_structure(
             raise SpecError("parallel.tp_size", f"tp_size {tp} does not divide {what}={value}{more}", Rule(f"tp_divides_{what}"))
     _check_context_parallel(training, parallel)
     _check_expert_parallel(model, parallel)
-    _check_offload(cluster, parallel)
-    if parallel.offload is not Offload.NONE and training.optimizer is OptimizerKind.MUON:
-        raise SpecError(
-            "training.optimizer",
-            f"offload {parallel.offload.value} steps the optimizer on the host, which the planner costs for Adam and SGD;"
-            " Muon orthogonalises each update with GEMMs on the GPU (solver.cost.muon)",
-            Rule.OFFLOAD_OPTIMIZER_KIND,
-        )
+    _check_offload(cluster, training, parallel)
     _check_activation_offload(model, cluster, parallel)
     if not cluster.gpu.supports(training.precision):
         raise SpecError("training.precision", f"{cluster.gpu.name} has no {training.precision.value} tensor cores", Rule.PRECISION)
@@ -195,12 +188,13 @@ def nvme_fits_offload(offload: Offload, nvme: NvmeOffload) -> bool:
     return offload.offloads_params
 
 
-def _check_offload(cluster: ClusterSpec, parallel: ParallelConfig) -> None:
+def _check_offload(cluster: ClusterSpec, training: TrainingSpec, parallel: ParallelConfig) -> None:
     """Offload's structural rules (nothing to check without offload). The host's memory, PCIe and
     memory bandwidth must be known to cost it, and for NVMe the drives' capacity and bandwidth.
     ZeRO-Offload and ZeRO-Infinity are described and costed here for data and tensor parallelism
     (solver.cost.offload), not under a pipeline. NVMe holds only what is offloaded
-    (``nvme_fits_offload``). The ZeRO stage must be one offload runs with (``offload_zero_stage``)."""
+    (``nvme_fits_offload``). The ZeRO stage must be one offload runs with (``offload_zero_stage``).
+    The host steps Adam or SGD; Muon's orthogonalisation runs on the GPU (solver.cost.muon)."""
     offload, nvme = parallel.offload, parallel.nvme_offload
     if not nvme_fits_offload(offload, nvme):
         raise SpecError(
@@ -235,6 +229,13 @@ def _check_offload(cluster: ClusterSpec, parallel: ParallelConfig) -> None:
             f"offload {offload.value}{on_nvme} over {parallel.dp_cp_size} data-parallel rank(s) needs ZeRO stage {int(needed)} or more,"
             f" got {int(parallel.zero_stage)}",
             Rule.OFFLOAD_NEEDS_ZERO,
+        )
+    if training.optimizer is OptimizerKind.MUON:
+        raise SpecError(
+            "training.optimizer",
+            f"offload {offload.value} steps the optimizer on the host, which the planner costs for Adam and SGD;"
+            " Muon orthogonalises each update with GEMMs on the GPU (solver.cost.muon)",
+            Rule.OFFLOAD_OPTIMIZER_KIND,
         )
 
 
