@@ -24,11 +24,20 @@ from bench.accuracy import (
     training_for,
 )
 from catalog.loader import node_cluster_entry
-from solver.cost.comm import all_gather_s, tp_link
+from solver.cost.comm import all_gather_s, all_reduce_s, tp_link
+from solver.cost.compute import gemm_time_s
 from solver.cost.evaluate import evaluate
 from solver.cost.flops import embedding_parameter_count, layer_weight_count
 from solver.cost.memory import optimizer_bytes_per_param, optimizer_step_bytes_per_param
-from solver.cost.muon import Matrix, _newton_schulz_s, layer_matrices, muon_step_s, newton_schulz_flops
+from solver.cost.muon import (
+    COLS,
+    Matrix,
+    _distributed_newton_schulz_s,
+    _newton_schulz_s,
+    layer_matrices,
+    muon_step_s,
+    newton_schulz_flops,
+)
 from solver.cost.stage import StagePolicy, optimizer_step_s
 from solver.frameworks import ExportFormat, PlanToExport, export_plan
 from solver.search.loop import search
@@ -103,6 +112,55 @@ def test_distributed_muon_shares_the_orthogonalisation_over_the_data_parallel_ra
     assert (out.shard(8).rows, out.shard(8).cols) == (LLAMA.hidden_size, LLAMA.q_width // 8)
     assert blockwise == pytest.approx(10 / 8 * sum(_newton_schulz_s(H100.gpu, m.shard(8)) for m in dense))
     assert blockwise < shared / 8
+
+
+def test_distributed_mode_iterates_on_the_shard_and_all_reduces_the_gram_matrix():
+    """Emerging-Optimizers' newton_schulz_tp in distributed mode: the split dimension is summed
+    over in X X^T, so each iteration is the shard's Gram product (m x m x n/t), a bf16 all-reduce
+    of that m x m matrix, A A whole (m^3) and the shard's update (m x n/t x m), m the unsplit
+    side; one scalar all-reduce of the norm per matrix."""
+    bf16, link = MUON.precision, tp_link(H100, 8)
+    h, f = LLAMA.hidden_size, LLAMA.ffn_hidden_size
+
+    def by_hand(m: int, n: int, count: int = 1) -> float:
+        one = gemm_time_s(H100.gpu, bf16, m, m, n // 8) + gemm_time_s(H100.gpu, bf16, m, m, m) + gemm_time_s(H100.gpu, bf16, m, n // 8, m)
+        return count * (5 * (one + all_reduce_s(2 * m * m, 8, link)) + all_reduce_s(4, 8, link))
+
+    fc1 = Matrix(2 * f, h)  # column-parallel, split by rows: m is its h columns
+    fc2 = Matrix(h, f, split=COLS)  # row-parallel, split by columns: m is its h rows
+    assert _distributed_newton_schulz_s(H100, fc1, 8) == pytest.approx(by_hand(h, 2 * f))
+    assert _distributed_newton_schulz_s(H100, fc2, 8) == pytest.approx(by_hand(h, f))
+    assert _distributed_newton_schulz_s(H100, replace(fc2, count=3), 8) == pytest.approx(by_hand(h, f, 3))
+    # Both beat gathering the momentum and iterating on the whole matrix on every rank ...
+    for matrix in (fc1, fc2):
+        gather = all_gather_s(4 * matrix.parameters, 8, link)
+        assert _distributed_newton_schulz_s(H100, matrix, 8) < _newton_schulz_s(H100.gpu, matrix) + gather
+    # ... but a row-split matrix wider than tall (Llama 3 70B's K: 1024 x 8192, split by rows)
+    # iterates on its long side, 8192^3 per A A: the waste newton_schulz_tp's docstring warns of.
+    key = Matrix(LLAMA.kv_hidden_size // 2, h)
+    assert key.rows < key.cols
+    assert _distributed_newton_schulz_s(H100, key, 8) == pytest.approx(by_hand(h, key.rows))
+    assert _distributed_newton_schulz_s(H100, key, 8) > 10 * _newton_schulz_s(H100.gpu, key)
+
+
+def test_the_three_tp_modes_of_a_stage_add_up_from_their_matrices():
+    layers = list(range(10))
+    dense, _ = layer_matrices(LLAMA, False)
+    assert all(m.split is not None for m in dense)  # Llama has no whole-on-every-rank matrix
+
+    def step(mode: MuonTpMode) -> float:
+        return muon_step_s(LLAMA, H100, layers, tp_size=8, dp_size=8, ep_size=1, expert_dp_size=8, distributed=True, tp_mode=mode)
+
+    distributed = step(MuonTpMode.DISTRIBUTED)
+    assert distributed == pytest.approx(10 / 8 * sum(_distributed_newton_schulz_s(H100, m, 8) for m in dense))
+    # Its wasted K and V iterations cost it more than a blockwise step, less than a duplicated one.
+    assert step(MuonTpMode.BLOCKWISE) < distributed < step(MuonTpMode.DUPLICATED)
+    # Without tensor parallelism the three are one.
+    alone = {
+        mode: muon_step_s(LLAMA, H100, layers, tp_size=1, dp_size=8, ep_size=1, expert_dp_size=8, distributed=True, tp_mode=mode)
+        for mode in MuonTpMode
+    }
+    assert len(set(alone.values())) == 1
 
 
 def test_a_gpu_orthogonalises_only_its_own_experts():
@@ -200,6 +258,14 @@ def test_megatron_export_writes_the_planned_tp_mode():
     OptimizerConfig(optimizer=flags["--optimizer"], muon_tp_mode=flags["--muon-tp-mode"])
 
 
+def test_megatron_export_writes_the_distributed_tp_mode():
+    training = replace(MUON, muon_tp_mode=MuonTpMode.DISTRIBUTED)
+    export = export_plan(_plan(ParallelConfig(dp_size=8, tp_size=8, zero_stage=ZeroStage.OS, micro_batch_size=1), training), ExportFormat.MEGATRON)
+    _, flags = script_arguments(_file(export, "pretrain_gpt.sh").text, "pretrain_gpt.py")
+    assert flags["--optimizer"] == "dist_muon" and flags["--muon-tp-mode"] == "distributed"
+    OptimizerConfig(optimizer=flags["--optimizer"], muon_tp_mode=flags["--muon-tp-mode"])
+
+
 def test_exports_without_muon_say_the_job_steps_adam():
     plan = _plan(ParallelConfig(dp_size=8, tp_size=8, zero_stage=ZeroStage.OS, micro_batch_size=1))
     for export_format in (ExportFormat.TORCHTITAN, ExportFormat.DEEPSPEED, ExportFormat.NEMO):
@@ -223,6 +289,17 @@ def test_the_api_evaluates_muon_and_names_the_field_it_refuses(api):
     assert muon.status_code == adam.status_code == 200, muon.text
     assert muon.json()["prediction"]["breakdown_s"]["optimizer_s"] > adam.json()["prediction"]["breakdown_s"]["optimizer_s"]
     assert muon.json()["memory"]["breakdown_gib"]["optimizer_states"] < adam.json()["memory"]["breakdown_gib"]["optimizer_states"]
+    # The TP mode: at tp 8 distributed mode's step lies between blockwise and duplicated; an
+    # unknown mode is refused naming the field.
+    tp8 = {**body, "parallel": {"tp_size": 8, "zero_stage": 1, "micro_batch_size": 1}}
+    optimizer_s = {}
+    for mode in ("blockwise", "distributed", "duplicated"):
+        response = api.post("/v1/evaluations", json={**tp8, "training": {**body["training"], "muon_tp_mode": mode}})
+        assert response.status_code == 200, response.text
+        optimizer_s[mode] = response.json()["prediction"]["breakdown_s"]["optimizer_s"]
+    assert optimizer_s["blockwise"] < optimizer_s["distributed"] < optimizer_s["duplicated"]
+    unknown = api.post("/v1/evaluations", json={**tp8, "training": {**body["training"], "muon_tp_mode": "sharded"}})
+    assert unknown.status_code == 422 and "muon_tp_mode" in unknown.text
     offload = api.post("/v1/evaluations", json={**body, "parallel": {**body["parallel"], "offload": "optimizer"}})
     assert offload.status_code == 422, offload.text
     assert "training.optimizer" in offload.text and "Muon" in offload.text

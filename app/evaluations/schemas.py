@@ -196,12 +196,13 @@ class Training(BaseModel):
             "megatron-core's precision-aware optimizer (--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16), as DeepSeek-V3 trained; null: fp32"
         ),
     )
-    muon_tp_mode: Literal["duplicated", "blockwise"] | None = Field(
+    muon_tp_mode: Literal["duplicated", "blockwise", "distributed"] | None = Field(
         None,
         description=(
             "with optimizer muon, how a tensor-parallel split matrix is orthogonalised (megatron-core --muon-tp-mode):"
             " duplicated gathers the momentum and orthogonalises the whole matrix on every TP rank, blockwise each rank"
-            " its own shard (Megatron-Bridge's Muon recipes); null: duplicated"
+            " its own shard (Megatron-Bridge's Muon recipes), distributed the whole matrix from the shards, all-reducing"
+            " each iteration's Gram matrix over the TP group; null: duplicated"
         ),
     )
     moe_act_input_dtype: Literal["half", "fp8"] | None = Field(

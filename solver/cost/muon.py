@@ -24,8 +24,13 @@ layer_wise_optimizer.py), which is what this module costs:
 - ``--muon-tp-mode`` (``TrainingSpec.muon_tp_mode``): ``duplicated`` (the default at d98e8a64dd)
   has each tensor-parallel rank all-gather the momentum of a split matrix and orthogonalise the
   whole matrix; ``blockwise`` (the default at 8f1c2f8, and Megatron-Bridge's Muon recipes) has it
-  orthogonalise its own shard. Column-parallel weights (Q, K, V, fc1, MLA's up projections) are
-  split by rows, row-parallel ones (the output projection, fc2) by columns; MLA's down projections
+  orthogonalise its own shard; ``distributed`` has each rank keep its shard and run the
+  iterations on it, all-reducing every iteration's Gram matrix X X^T (NVIDIA-NeMo/
+  Emerging-Optimizers fd77292, muon_utils.py ``newton_schulz_tp`` and ``newton_schulz_step``:
+  the split dimension is the one summed over, so the side the iteration keeps whole, m, is the
+  unsplit one, and A A runs whole on every rank). Column-parallel weights (Q, K, V, fc1, MLA's
+  up projections) are split by rows, row-parallel ones (the output projection, fc2) by
+  columns; MLA's down projections
   (``parallel_mode='duplicated'`` in multi_latent_attention.py) and the router are whole on every
   rank; routed experts split over the expert-tensor-parallel ranks;
 - with the distributed optimizer (``--use-distributed-optimizer``, the former ``dist_muon``)
@@ -53,7 +58,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from solver.cost.comm import all_gather_s, tp_link
+from solver.cost.comm import all_gather_s, all_reduce_s, tp_link
 from solver.cost.compute import gemm_time_s
 from solver.spec.hardware import ClusterSpec, GpuSpec
 from solver.spec.model import ModelSpec
@@ -61,6 +66,8 @@ from solver.spec.training import MuonTpMode, Precision
 
 NEWTON_SCHULZ_STEPS = 5  # Megatron-core's --muon-num-ns-steps default; Jordan et al. 2024
 MOMENTUM_BYTES = 4  # the fp32 momentum a tensor-parallel rank gathers (duplicated mode)
+GRAM_BYTES = 2  # the bf16 Gram matrix the ranks all-reduce each iteration (distributed mode)
+NORM_BYTES = 4  # the fp32 squared Frobenius norm they all-reduce once per matrix (distributed mode)
 
 
 ROWS, COLS = 0, 1  # the dimension a tensor-parallel rank holds a slice of
@@ -104,6 +111,25 @@ def _newton_schulz_s(gpu: GpuSpec, matrix: Matrix, steps: int = NEWTON_SCHULZ_ST
     m, n = min(matrix.rows, matrix.cols), max(matrix.rows, matrix.cols)
     one = gemm_time_s(gpu, precision, m, m, n) + gemm_time_s(gpu, precision, m, m, m) + gemm_time_s(gpu, precision, m, n, m)
     return matrix.count * steps * one
+
+
+def _distributed_newton_schulz_s(cluster: ClusterSpec, matrix: Matrix, ranks: int, steps: int = NEWTON_SCHULZ_STEPS) -> float:
+    """Seconds of ``steps`` iterations on each of ``matrix.count`` split matrices in distributed
+    mode, on one of ``ranks`` tensor-parallel ranks. Per iteration the rank multiplies its shard
+    X_i (m x n / ranks, m the unsplit side) into its part of the Gram matrix (m x m x n / ranks),
+    all-reduces that m x m matrix over the group in bf16 (``--muon-fp32-matmul-prec medium`` casts
+    X to bf16 before the loop), forms A A whole (m^3) and updates its shard (m x n / ranks x m);
+    once per matrix it all-reduces the Frobenius norm's scalar (``distributed_normalize_p2``).
+    With m the longer side (a row-split matrix taller than wide), A A costs more than the
+    duplicated mode's whole-matrix iteration: the waste newton_schulz_tp's docstring warns of."""
+    gpu = cluster.gpu
+    precision = Precision.BF16 if Precision.BF16 in gpu.peak_flops_per_s else Precision.FP16
+    m, n = (matrix.cols, matrix.rows) if matrix.split == ROWS else (matrix.rows, matrix.cols)
+    local = n // ranks
+    link = tp_link(cluster, ranks)
+    gram_s = all_reduce_s(GRAM_BYTES * m * m, ranks, link)
+    one = gemm_time_s(gpu, precision, m, m, local) + gemm_time_s(gpu, precision, m, m, m) + gemm_time_s(gpu, precision, m, local, m)
+    return matrix.count * (steps * (one + gram_s) + all_reduce_s(NORM_BYTES, ranks, link))
 
 
 def _attention_matrices(model: ModelSpec) -> list[Matrix]:
@@ -155,7 +181,8 @@ def muon_step_s(
     GEMMs, 1 / ``dp_size`` of the replicated ones and 1 / ``expert_dp_size`` of its
     num_experts / ``ep_size`` local experts' when ``distributed`` (all of them otherwise). Split
     matrices (over ``tp_size`` ranks, experts over ``expert_tp_size``) are orthogonalised whole
-    after gathering their momentum (``tp_mode`` DUPLICATED) or as the rank's shard (BLOCKWISE)."""
+    after gathering their momentum (``tp_mode`` DUPLICATED), as the rank's shard (BLOCKWISE), or
+    whole from the shards with a Gram all-reduce per iteration (DISTRIBUTED)."""
     dense_share, expert_share = (1 / dp_size, 1 / expert_dp_size) if distributed else (1.0, 1.0)
     expert_share /= ep_size  # the routed experts' matrices are all num_experts of them
     compute_s = gather_s = 0.0
@@ -167,6 +194,9 @@ def muon_step_s(
         for matrices, share, ranks in ((dense, dense_share, tp_size), (experts, expert_share, expert_tp_size)):
             for matrix in matrices:
                 split = matrix.split is not None and ranks > 1
+                if split and tp_mode is MuonTpMode.DISTRIBUTED:
+                    compute_s += n * share * _distributed_newton_schulz_s(cluster, matrix, ranks)
+                    continue
                 whole = tp_mode is MuonTpMode.DUPLICATED or not split
                 compute_s += n * share * _newton_schulz_s(cluster.gpu, matrix if whole else matrix.shard(ranks))
                 if split and tp_mode is MuonTpMode.DUPLICATED:

@@ -55,10 +55,14 @@ class MuonTpMode(str, Enum):
     solver.cost.muon). DUPLICATED: each TP rank gathers the whole momentum and orthogonalises the
     whole matrix (Megatron-LM's default at d98e8a64dd). BLOCKWISE: each rank orthogonalises its
     own shard, no gather (the default at 8f1c2f8; Megatron-Bridge's Muon recipes,
-    recipes/utils/optimizer_utils.py ``distributed_muon_with_cosine_annealing``)."""
+    recipes/utils/optimizer_utils.py ``distributed_muon_with_cosine_annealing``). DISTRIBUTED:
+    each rank keeps its shard and the ranks all-reduce the Gram matrix of every iteration
+    (NVIDIA-NeMo/Emerging-Optimizers ``newton_schulz_tp``); like DUPLICATED it orthogonalises the
+    whole matrix."""
 
     DUPLICATED = "duplicated"
     BLOCKWISE = "blockwise"
+    DISTRIBUTED = "distributed"
 
 
 class MomentsDtype(str, Enum):
