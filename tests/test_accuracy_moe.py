@@ -23,7 +23,7 @@ from bench.accuracy import (
 )
 from solver.cost.flops import active_parameter_count, embedding_parameter_count, total_parameter_count
 
-FAMILIES = ("mbridge-moe", "nemo-moe", "deepseek-v3-report", "mbridge-qwen3", "mbridge-gptoss", "mbridge-kimi")
+FAMILIES = ("mbridge-moe", "nemo-moe", "deepseek-v3-report", "mbridge-qwen3", "mbridge-gptoss", "mbridge-kimi", "mcore2603-moe")
 
 # The runs whose layer split no source states (61 DeepSeek-V3 layers on a pipeline whose
 # pipeline_model_parallel_layout NVIDIA did not publish): the bench fills NVIDIA's published
@@ -45,7 +45,7 @@ def moe_results():
 
 def test_every_moe_record_is_evaluated(moe_results):
     records = load_moe_records()
-    assert len(records) == 34
+    assert len(records) == 37
     assert [r.run_id for r in moe_results] == [record["id"] for record in records]
     assert [r.run_id for r in moe_results if r.skipped] == []
     for r in moe_results:
@@ -190,6 +190,8 @@ def test_only_the_runs_whose_stack_overlaps_the_all_to_alls_say_so():
         # Qwen3 presets with moe_a2a_overlap True (configs/qwen/qwen3_workload_base_configs.py at df0289c).
         "moe-qwen3-mbridge2602-b300-qwen3-235b-a22b-256gpu-mxfp8", "moe-qwen3-mbridge2602-h100-qwen3-30b-a3b-16gpu-fp8-cs",
         "moe-qwen3-mbridge2602-h100-qwen3-235b-a22b-256gpu-fp8-cs",
+        # The MoE report's H100 rows: Table 17's EP all-to-all overlap, the Qwen3 script's A2A_OVERLAP=1.
+        "moe-mcore2603-h100-qwen3-235b-a22b-256gpu-bf16", "moe-mcore2603-h100-deepseek-v3-1024gpu-fp8",
     }
 
 
