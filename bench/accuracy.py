@@ -55,7 +55,7 @@ NEW_KIND_FAMILY_TARGET = 0.15
 # (Megatron-core's precision-aware optimizer; DeepSeek-V3 Sec 3.3.3) and the dtype the MoE experts
 # keep their activation function's input in (DeepSeek-V3 Sec 3.3.3), and whether kernel launches
 # block (CUDA_LAUNCH_BLOCKING=1, BLOOM's runs on Jean Zay).
-RUN_FACTS = ("recompute_modules", "pipeline_schedule", "moments_dtype", "moe_act_input_dtype", "launch_blocking", "muon_tp_mode")
+RUN_FACTS = ("recompute_modules", "pipeline_schedule", "moments_dtype", "moe_act_input_dtype", "launch_blocking", "muon_tp_mode", "moe_dispatcher")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from solver.cost.evaluate import evaluate
 from solver.cost.profile import ProfileShape
 from solver.search.loop import search
 from solver.search.request import Constraints, SearchRequest
-from solver.spec.training import Recompute, TrainingSpec
+from solver.spec.training import MoeDispatcher, Recompute, TrainingSpec
 
 RUNS = 5
 TARGETS_S = {"gpt3-175b": 1.0, "megatron-1t": 3.0, "deepseek-v3": 2.0}
@@ -51,9 +51,10 @@ def cases() -> list[tuple[str, SearchRequest]]:
     ]
 
 
-def deepseek_v3_request(constraints: dict | None = None) -> SearchRequest:
+def deepseek_v3_request(constraints: dict | None = None, dispatcher: str = "alltoall") -> SearchRequest:
     return SearchRequest(
-        catalog.get_model("deepseek-v3"), catalog.get_cluster("hgx-h800-x256"), TrainingSpec(15360, 4096),
+        catalog.get_model("deepseek-v3"), catalog.get_cluster("hgx-h800-x256"),
+        TrainingSpec(15360, 4096, moe_dispatcher=MoeDispatcher(dispatcher)),
         constraints=Constraints.parse(constraints or {}),
     )
 
@@ -70,6 +71,12 @@ def deepseek_v3_layout() -> None:
     published = search(deepseek_v3_request(DEEPSEEK_V3_LAYOUT)).best
     print("\nDeepSeek-V3, 2048 H800 (the cost model exposes the all-to-alls that DeepSeek's DualPipe overlaps)")
     print(f"  published layout (tp 1, pp 16, ep 64, ZeRO-1): {describe(published)}")
+    print(f"  planner's best: {describe(best)}")
+    # DeepSeek's own dispatch sends a token to each node once (Sec 3.2.2): the flex dispatcher.
+    best = search(deepseek_v3_request(dispatcher="flex")).best
+    published = search(deepseek_v3_request(DEEPSEEK_V3_LAYOUT, dispatcher="flex")).best
+    print("  with the flex dispatcher (training.moe_dispatcher flex: one copy of a token per node it reaches):")
+    print(f"  published layout: {describe(published)}")
     print(f"  planner's best: {describe(best)}")
 
 

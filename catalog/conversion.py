@@ -69,7 +69,8 @@ MODEL_FIELDS = (
     "vocab_size", "seq_length", "mlp_activation", "tied_embeddings", "architecture", "position_embedding",
     # Mixture of experts and multi-head latent attention (absent: dense, standard attention).
     "num_experts", "experts_per_token", "moe_ffn_hidden_size", "num_shared_experts", "first_dense_layers",
-    "moe_layer_interval", "router", "kv_lora_rank", "q_lora_rank", "qk_head_dim", "qk_rope_head_dim", "v_head_dim",
+    "moe_layer_interval", "router", "router_groups", "router_group_topk",
+    "kv_lora_rank", "q_lora_rank", "qk_head_dim", "qk_rope_head_dim", "v_head_dim",
     # Multi-token prediction modules (absent: none); heads not hidden / heads wide (absent: that width).
     "mtp_num_layers", "head_dim",
     # Sliding-window attention (absent: full attention in every layer).

@@ -282,8 +282,9 @@ def _routed_experts(r: _Reader, router: str) -> None:
     r.set("num_shared_experts", "n_shared_experts", r.integer("n_shared_experts", 0, minimum=0))
     r.set("first_dense_layers", "first_k_dense_replace", r.integer("first_k_dense_replace", 0, minimum=0))
     r.fields["router"] = router
-    if r.integer("n_group", 1) > 1:
-        r.notes.append("group-limited routing (n_group, topk_group) costs as plain top-k")
+    if r.integer("n_group", 1, minimum=1) > 1:
+        r.set("router_groups", "n_group", r.integer("n_group"))
+        r.set("router_group_topk", "topk_group", r.integer("topk_group", minimum=1))
 
 
 def _mtp(r: _Reader) -> None:

@@ -78,9 +78,12 @@ def test_what_the_planner_does_not_cost_is_listed():
     assert any("chunked attention" in n for n in notes) and any("vision encoder" in n for n in notes)
     assert any("biases" in n for n in from_hf_config(_config("qwen1.5-moe-a2.7b"), name="q").not_modelled)
     assert from_hf_config(_config("llama3-8b"), name="l").not_modelled == ()
-    assert from_hf_config(_config("deepseek-v3"), name="d").not_modelled == (
-        "group-limited routing (n_group, topk_group) costs as plain top-k",
-    )
+    # DeepSeek-V3's group-limited routing (n_group 8, topk_group 4) is read, not listed; GLM-4.7's
+    # single group is no limit.
+    deepseek = from_hf_config(_config("deepseek-v3"), name="d")
+    assert deepseek.not_modelled == ()
+    assert (deepseek.fields["router_groups"], deepseek.fields["router_group_topk"]) == (8, 4)
+    assert "router_groups" not in from_hf_config(_config("glm-4.7"), name="g").fields
 
 
 def test_heads_wider_than_hidden_over_heads_keep_their_width():

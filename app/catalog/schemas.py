@@ -119,6 +119,12 @@ class ModelSpecIn(BaseModel):
         None, description="every n-th layer after the dense ones has experts (1: all)"
     )
     router: Literal["softmax_topk", "sigmoid_topk"] | None = None
+    router_groups: ExpertCount | None = Field(
+        None, description="group-limited routing: equal groups of experts (DeepSeek-V3: 8); 0 or 1: no limit"
+    )
+    router_group_topk: ExpertCount | None = Field(
+        None, description="group-limited routing: the groups each token's top-k come from (DeepSeek-V3: 4)"
+    )
     # Multi-head latent attention (DeepSeek-V2/V3): absent for standard attention.
     kv_lora_rank: LatentWidth | None = Field(None, description="K/V latent rank; above 0: multi-head latent attention")
     q_lora_rank: LatentWidth | None = None
@@ -349,6 +355,8 @@ class StoredModelSpec(BaseModel):
     first_dense_layers: int | None | MISSING = MISSING
     moe_layer_interval: int | None | MISSING = MISSING
     router: str | None | MISSING = MISSING
+    router_groups: int | None | MISSING = MISSING
+    router_group_topk: int | None | MISSING = MISSING
     kv_lora_rank: int | None | MISSING = MISSING
     q_lora_rank: int | None | MISSING = MISSING
     qk_head_dim: int | None | MISSING = MISSING

@@ -205,6 +205,14 @@ class Training(BaseModel):
             " each iteration's Gram matrix over the TP group; null: duplicated"
         ),
     )
+    moe_dispatcher: Literal["alltoall", "flex"] | None = Field(
+        None,
+        description=(
+            "with an MoE model, how tokens reach their experts (megatron-core --moe-token-dispatcher-type): alltoall"
+            " sends each routed copy to its expert's rank (NCCL all-to-alls); flex (DeepEP or HybridEP) sends a token"
+            " once to each other NVLink domain it is routed to and forwards it over NVLink there; null: alltoall"
+        ),
+    )
     moe_act_input_dtype: Literal["half", "fp8"] | None = Field(
         None,
         description=(

@@ -34,7 +34,7 @@ def resolve_training(training: Training) -> Training:
 
 
 # TrainingSpec fields a request may set that no stack sets (null: the TrainingSpec default).
-RUN_FACTS = ("moments_dtype", "moe_act_input_dtype", "launch_blocking", "muon_tp_mode")
+RUN_FACTS = ("moments_dtype", "moe_act_input_dtype", "launch_blocking", "muon_tp_mode", "moe_dispatcher")
 
 
 def _json_value(value: object) -> object:

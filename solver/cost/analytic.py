@@ -959,7 +959,7 @@ def analytic_layers(
     if model.is_moe:
         cost = _moe_mlp_cost(
             model, cluster, training.precision, tokens, shape.tp_size, shape.ep_size, _saved_input_bytes(training), training.expert_gemms,
-            shape.expert_tp_size, MOE_ACT_INPUT_BYTES[training.moe_act_input_dtype],
+            shape.expert_tp_size, MOE_ACT_INPUT_BYTES[training.moe_act_input_dtype], training.moe_dispatcher,
         )
         moe_act = RecomputeModule.MOE_ACT in _recompute_modules(training)
         moe_layer = _moe_layer(

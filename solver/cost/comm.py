@@ -177,16 +177,42 @@ def all_to_all_s(cluster: ClusterSpec, message_bytes: float, ep_size: int, tp_si
     up to 72 ranks exchanges over NVLink alone."""
     if ep_size <= 1 or message_bytes <= 0:
         return 0.0
-    domain = cluster.domain_gpus
-    if tp_size >= domain:
-        in_node = 1
-    else:
-        in_node = min(ep_size, domain // tp_size)  # this rank and its peers in its NVLink domain
+    in_node = ep_ranks_per_domain(cluster, ep_size, tp_size)
     intra, inter = intra_node_link(cluster), inter_node_link(cluster)
     intra_s = message_bytes * (in_node - 1) / ep_size / intra.bytes_per_s
     inter_s = message_bytes * (ep_size - in_node) / ep_size / inter.bytes_per_s
     latency_s = inter.latency_s if ep_size > in_node else intra.latency_s
     return max(intra_s, inter_s) + latency_s
+
+
+def ep_ranks_per_domain(cluster: ClusterSpec, ep_size: int, tp_size: int) -> int:
+    """How many ranks of an expert-parallel group of ``ep_size`` ranks ``tp_size`` apart share
+    one NVLink domain (``ClusterSpec.domain_gpus``): this rank and its peers there."""
+    domain = cluster.domain_gpus
+    if tp_size >= domain:
+        return 1
+    return min(ep_size, domain // tp_size)
+
+
+def forwarded_all_to_all_s(cluster: ClusterSpec, message_bytes: float, network_bytes: float, ep_size: int, tp_size: int) -> float:
+    """One dispatch (or combine) of the flex dispatcher (DeepEP, HybridEP) over an expert-parallel
+    group of ``ep_size`` ranks ``tp_size`` apart, in which every rank holds ``message_bytes`` of
+    routed copies and sends ``network_bytes`` of them over the network: a token bound for several
+    experts in another NVLink domain crosses once, to the rank of its own index there, which
+    forwards it over NVLink (DeepSeek-V3, arXiv 2412.19437 Sec 3.2.2). Every copy for another
+    rank crosses NVLink once, from its source or from the forwarding rank, so the NVLink side
+    carries the message less the rank's own 1 / (ranks per domain); the network side goes through
+    the GPU's own NIC share as in ``all_to_all_s``. The slower sets the time, plus the network's
+    latency. Within one domain it is ``all_to_all_s``."""
+    if ep_size <= 1 or message_bytes <= 0:
+        return 0.0
+    in_node = ep_ranks_per_domain(cluster, ep_size, tp_size)
+    if ep_size <= in_node:
+        return all_to_all_s(cluster, message_bytes, ep_size, tp_size)
+    intra, inter = intra_node_link(cluster), inter_node_link(cluster)
+    intra_s = message_bytes * (in_node - 1) / in_node / intra.bytes_per_s
+    inter_s = network_bytes / inter.bytes_per_s
+    return max(intra_s, inter_s) + inter.latency_s
 
 
 def dp_group_layout(cluster: ClusterSpec, tp_size: int, dp_size: int, cp_size: int = 1) -> tuple[int, int]:

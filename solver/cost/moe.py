@@ -30,9 +30,10 @@ its routing map repeated over the etp ranks of each expert), which is not costed
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from solver.cost.comm import all_reduce_s, all_to_all_s, overlapped_exposed_s, tp_link
+from solver.cost.comm import all_reduce_s, all_to_all_s, ep_ranks_per_domain, forwarded_all_to_all_s, overlapped_exposed_s, tp_link
 from solver.cost.compute import elementwise_time_s, gemm_time_s
 from solver.cost.flops import (
     layer_expert_parameter_count,
@@ -41,7 +42,7 @@ from solver.cost.flops import (
 )
 from solver.spec.hardware import ClusterSpec
 from solver.spec.model import MlpActivation, ModelSpec
-from solver.spec.training import ExpertGemms, Precision
+from solver.spec.training import ExpertGemms, MoeDispatcher, Precision
 
 BYTES_16BIT = 2  # dispatched tokens travel in bf16 (Megatron-core's default dispatcher)
 # Router imbalance: the busiest expert rank processes more than the mean tokens * k / ep routed
@@ -89,14 +90,42 @@ def dispatch_bytes(model: ModelSpec, tokens: float, tp_size: int) -> float:
     return tokens / tp_size * model.experts_per_token * model.hidden_size * BYTES_16BIT
 
 
+def remote_domain_copies(model: ModelSpec, ep_size: int, ranks_per_domain: int) -> float:
+    """How many other NVLink domains one token's top-k experts are on, on average, with the
+    experts spread evenly over the ep_size / ranks_per_domain domains of the expert-parallel group
+    and routing uniform (force-balanced, as the published MoE runs route). A token picks k of the
+    E experts; a domain holding E / D of them is missed with probability C(E - E/D, k) / C(E, k).
+    With group-limited routing whose groups fill whole domains (``ModelSpec.router_groups`` a
+    multiple of D; DeepSeek-V3's 8 groups on 8 nodes at ep 64) the token reaches a domain when one
+    of its top ``router_group_topk`` groups lies there: (D - 1)(1 - C(g - g/D, t) / C(g, t)), each
+    chosen group taken to receive one of the k (DeepSeek-V3 Sec 2.1.2: at most M = 4 nodes)."""
+    domains = ep_size // ranks_per_domain
+    if domains <= 1:
+        return 0.0
+    groups, chosen = model.router_groups, model.router_group_topk
+    if groups > 1 and groups % domains == 0:
+        return (domains - 1) * (1 - math.comb(groups - groups // domains, chosen) / math.comb(groups, chosen))
+    experts, k = model.num_experts, model.experts_per_token
+    return (domains - 1) * (1 - math.comb(experts - experts // domains, k) / math.comb(experts, k))
+
+
 def ep_comm_s(
-    cluster: ClusterSpec, model: ModelSpec, tokens: float, tp_size: int, ep_size: int, expert_tp_size: int | None = None
+    cluster: ClusterSpec, model: ModelSpec, tokens: float, tp_size: int, ep_size: int, expert_tp_size: int | None = None,
+    dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL,
 ) -> float:
     """One MoE layer's all-to-alls on one rank: dispatch and combine forward, their gradients
     backward (2 + 2), as they take on the wire; ``ep_comm_exposed_s`` says what they add to the
-    step. The ep ranks are etp apart (``expert_tp_size``; None: tp)."""
+    step. The ep ranks are etp apart (``expert_tp_size``; None: tp). The flex dispatcher
+    (``dispatcher`` FLEX) sends each of the rank's tokens/tp tokens over the network once per other
+    domain it reaches (``remote_domain_copies``, h wide, 16 bit) and forwards it over NVLink
+    (``comm.forwarded_all_to_all_s``); Megatron-core's alltoall dispatcher sends every copy."""
     spacing = tp_size if expert_tp_size is None else expert_tp_size
-    return 4 * all_to_all_s(cluster, dispatch_bytes(model, tokens, tp_size), ep_size, spacing)
+    message = dispatch_bytes(model, tokens, tp_size)
+    if dispatcher is MoeDispatcher.FLEX:
+        remote = remote_domain_copies(model, ep_size, ep_ranks_per_domain(cluster, ep_size, spacing))
+        network = tokens / tp_size * remote * model.hidden_size * BYTES_16BIT
+        return 4 * forwarded_all_to_all_s(cluster, message, network, ep_size, spacing)
+    return 4 * all_to_all_s(cluster, message, ep_size, spacing)
 
 
 def _at_etp(value: float, expert_tp_size: int, tp_size: int) -> float:
@@ -125,7 +154,7 @@ def ep_comm_exposed_s(comm_s: float, layer_compute_s: float, overlap: bool, slow
 def moe_mlp_cost(
     model: ModelSpec, cluster: ClusterSpec, precision: Precision, tokens: int, tp_size: int, ep_size: int,
     saved_input_bytes: float = BYTES_16BIT, expert_gemms: ExpertGemms = ExpertGemms.GROUPED, expert_tp_size: int | None = None,
-    act_input_bytes: float = BYTES_16BIT,
+    act_input_bytes: float = BYTES_16BIT, dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL,
 ) -> MoeMlpCost:
     """The MoE MLP of one layer on one GPU (see the module docstring); ``tokens`` = b * s / cp;
     the routed experts split over ``expert_tp_size`` ranks (None: tp_size), the router and the
@@ -215,7 +244,7 @@ def moe_mlp_cost(
         act_output_bytes=act_output,
         act_recompute_s=elementwise_time_s(gpu, activation_fn * routed_tokens * fe / et, kernels=1),
         tp_comm_s=tp_moe,
-        ep_comm_s=ep_comm_s(cluster, model, tokens, t, ep_size, et),
+        ep_comm_s=ep_comm_s(cluster, model, tokens, t, ep_size, et, dispatcher),
         parameter_count=dense_part // t + expert_local,
         expert_parameter_count=expert_local,
         model_flops=3.0 * (layer_forward_gemm_flops(model, tokens, moe=True) - layer_forward_gemm_flops(model, tokens)) / t,

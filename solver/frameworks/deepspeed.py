@@ -45,6 +45,7 @@ from solver.frameworks.export import (
     window_notes,
     without_activation_offload,
     without_bf16_moments,
+    without_flex_dispatch,
     without_fp8_act_input,
     without_fp8_attention,
     without_fp8_output_proj,
@@ -279,7 +280,8 @@ def exact_config(plan: PlanToExport) -> Nearest:
         " keeps Adam's moments in fp32",
     )
     training, act_input = without_fp8_act_input(plan.model, training, "DeepSpeed-MoE")
-    return Nearest(parallel, training, (*out, *muon, *moments, *act_input))
+    training, dispatch = without_flex_dispatch(plan.model, training, "DeepSpeed-MoE")
+    return Nearest(parallel, training, (*out, *muon, *moments, *act_input, *dispatch))
 
 
 def ds_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSpec) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from solver.spec.dimensions import NvmeOffload
 from solver.spec.legality import stage_layer_counts
 from solver.spec.model import ModelSpec
 from solver.spec.parallel import ParallelConfig, micro_batch_count
-from solver.spec.training import ActInputDtype, MomentsDtype, OptimizerKind, Recompute, TrainingSpec
+from solver.spec.training import ActInputDtype, MoeDispatcher, MomentsDtype, OptimizerKind, Recompute, TrainingSpec
 
 # A launcher or program flag and its value: None for a switch, a tuple for a flag taking several
 # values (argparse nargs, e.g. Megatron's --recompute-modules).
@@ -254,17 +254,39 @@ def without_muon(training: TrainingSpec, framework: str) -> tuple[TrainingSpec, 
     )
 
 
+def _moe_setting_reset(
+    model: ModelSpec, training: TrainingSpec, field: str, default: Enum, reason: str,
+) -> tuple[TrainingSpec, tuple["Difference", ...]]:
+    """The same training with MoE setting ``field`` at ``default``, the difference named with
+    ``reason``, where a framework cannot run the planned value; nothing differs for a dense model,
+    which the setting does not touch."""
+    planned = getattr(training, field)
+    if planned is default or not model.is_moe:
+        return training, ()
+    changes: dict[str, Any] = {field: default}
+    return replace(training, **changes), (differs(f"training.{field}", planned.value, default.value, reason),)
+
+
+def without_flex_dispatch(model: ModelSpec, training: TrainingSpec, framework: str) -> tuple[TrainingSpec, tuple["Difference", ...]]:
+    """For a framework whose expert parallelism dispatches tokens with plain all-to-alls (torchtitan,
+    DeepSpeed-MoE as these exports write them): the same training on the alltoall dispatcher, every
+    routed copy of a token sent across the network on its own."""
+    return _moe_setting_reset(
+        model, training, "moe_dispatcher", MoeDispatcher.ALLTOALL,
+        f"{framework} dispatches the MoE tokens with all-to-alls: a token routed to several experts in another"
+        " node crosses the network once per expert, not once per node as planned",
+    )
+
+
 def without_fp8_act_input(model: ModelSpec, training: TrainingSpec, framework: str) -> tuple[TrainingSpec, tuple["Difference", ...]]:
     """For a framework whose MoE experts keep their activation function's input as fc1 wrote it
     (every exported one: DeepSeek-V3's FP8 cache of the SwiGLU input is its own framework's,
     arXiv 2412.19437 Sec 3.3.3): the same training with the 16-bit input, more activation memory
-    than planned. Nothing differs for a dense model, which the setting does not touch."""
-    if training.moe_act_input_dtype is ActInputDtype.HALF or not model.is_moe:
-        return training, ()
-    return replace(training, moe_act_input_dtype=ActInputDtype.HALF), (
-        differs("training.moe_act_input_dtype", training.moe_act_input_dtype.value, ActInputDtype.HALF.value,
-                f"{framework}'s experts keep fc1's 16-bit output for the activation function's backward (no FP8 cache of it):"
-                " more activation memory per GPU than planned"),
+    than planned."""
+    return _moe_setting_reset(
+        model, training, "moe_act_input_dtype", ActInputDtype.HALF,
+        f"{framework}'s experts keep fc1's 16-bit output for the activation function's backward (no FP8 cache of it):"
+        " more activation memory per GPU than planned",
     )
 
 
@@ -324,6 +346,10 @@ def dispatcher_notes(model: ModelSpec, training: TrainingSpec, framework: str) -
     if not model.is_moe:
         return ()
     backends = "deepep (Hopper, B200, B300) or hybridep (also GB200 / GB300 NVL72)"
+    if training.moe_dispatcher is MoeDispatcher.FLEX:
+        return (f"{framework} runs the MoE dispatch here with Megatron-core's flex dispatcher on DeepEP, as the plan costs it"
+                " (a token crosses the network once per node it is routed to); it needs DeepEP installed, and on"
+                " GB200 / GB300 NVL72 Megatron-Bridge sets the hybridep backend instead",)
     if training.moe_host_s_per_layer > 0:
         return (f"{framework} runs the MoE all-to-alls here with Megatron-core's alltoall dispatcher, which syncs the host"
                 f" once per MoE layer; the plan costs that sync ({training.moe_host_s_per_layer * 1e3:.1f} ms of host work per MoE"

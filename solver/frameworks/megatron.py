@@ -69,7 +69,16 @@ from solver.spec.dimensions import Offload
 from solver.spec.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding, Router
 from solver.spec.parallel import ParallelConfig
 from solver.spec.rules import Rule, Violation
-from solver.spec.training import DEFAULT_RECOMPUTE_MODULES, LossKernel, MomentsDtype, OptimizerKind, Precision, TrainingSpec, ZeroStage
+from solver.spec.training import (
+    DEFAULT_RECOMPUTE_MODULES,
+    LossKernel,
+    MoeDispatcher,
+    MomentsDtype,
+    OptimizerKind,
+    Precision,
+    TrainingSpec,
+    ZeroStage,
+)
 
 
 def violations(parallel: ParallelConfig) -> list[Violation]:
@@ -343,7 +352,7 @@ def model_arguments(plan: PlanToExport) -> list[Argument]:
         args += [("--squared-relu", None), ("--disable-bias-linear", None)]
     if not model.tied_embeddings:
         args.append(("--untie-embeddings-and-output-weights", None))
-    return args + moe_arguments(model)
+    return args + moe_arguments(model, plan.training)
 
 
 def moe_layer_pattern(model: ModelSpec) -> list[int]:
@@ -352,22 +361,29 @@ def moe_layer_pattern(model: ModelSpec) -> list[int]:
     return [int(model.is_moe_layer(i)) for i in range(model.num_layers)]
 
 
-def moe_arguments(model: ModelSpec) -> list[Argument]:
+def moe_arguments(model: ModelSpec, training: TrainingSpec) -> list[Argument]:
     """Mixture of experts and multi-head latent attention as Megatron-LM names them (none for a
-    dense model with standard attention). Tokens go through the all-to-all dispatcher, dropless
-    (no capacity factor: the cost model's load factor is the imbalance of a dropless router, not a
-    cap), experts as one grouped GEMM. This dispatcher synchronises the host once per MoE layer;
-    the plan costs that where its stack states the host time (``training.moe_host_s_per_layer``),
-    and the export's note says what it means either way (``export.dispatcher_notes``)."""
+    dense model with standard attention). Tokens go through the plan's dispatcher
+    (``training.moe_dispatcher``: the alltoall dispatcher, or flex on DeepEP, the backend Megatron-core
+    defaults to and names for cross-node expert parallelism), dropless (no capacity factor: the
+    cost model's load factor is the imbalance of a dropless router, not a cap), group-limited
+    routing where the model has it, experts as one grouped GEMM. The alltoall dispatcher
+    synchronises the host once per MoE layer; the plan costs that where its stack states the host
+    time (``training.moe_host_s_per_layer``), and the export's note says what it means either
+    way (``export.dispatcher_notes``)."""
     args: list[Argument] = []
     if model.is_moe:
+        flex = training.moe_dispatcher is MoeDispatcher.FLEX
         args += [
             ("--num-experts", str(model.num_experts)),
             ("--moe-router-topk", str(model.experts_per_token)),
             ("--moe-ffn-hidden-size", str(model.moe_ffn_hidden_size)),
-            ("--moe-token-dispatcher-type", "alltoall"),
+            ("--moe-token-dispatcher-type", "flex" if flex else "alltoall"),
+            *([("--moe-flex-dispatcher-backend", "deepep")] if flex else []),
             ("--moe-grouped-gemm", None),
         ]
+        if model.router_groups:
+            args += [("--moe-router-num-groups", str(model.router_groups)), ("--moe-router-group-topk", str(model.router_group_topk))]
         if model.num_shared_experts:
             args.append(("--moe-shared-expert-intermediate-size", str(model.num_shared_experts * model.moe_ffn_hidden_size)))
         if model.num_moe_layers < model.num_layers:

@@ -48,7 +48,7 @@ from solver.spec.legality import uniform_partition
 from solver.spec.model import MlpActivation, PositionEmbedding
 from solver.spec.parallel import ParallelConfig
 from solver.spec.rules import Rule, Violation
-from solver.spec.training import DEFAULT_RECOMPUTE_MODULES, LossKernel, Precision, ZeroStage
+from solver.spec.training import DEFAULT_RECOMPUTE_MODULES, LossKernel, MoeDispatcher, Precision, ZeroStage
 
 YamlValue = int | str | bool | list[str] | list[int] | None
 
@@ -167,11 +167,17 @@ def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[st
     if parallel.ep_size > 1:
         out["expert_model_parallel_size"] = parallel.ep_size  # expert tensor parallel = tp, megatron-core's default (exact_config)
     if model.is_moe:
+        flex = training.moe_dispatcher is MoeDispatcher.FLEX
         out.update(
             num_moe_experts=model.num_experts, moe_router_topk=model.experts_per_token,
-            moe_ffn_hidden_size=model.moe_ffn_hidden_size, moe_token_dispatcher_type="alltoall", moe_grouped_gemm=True,
+            moe_ffn_hidden_size=model.moe_ffn_hidden_size, moe_token_dispatcher_type="flex" if flex else "alltoall",
+            moe_grouped_gemm=True,
             moe_shared_expert_intermediate_size=model.num_shared_experts * model.moe_ffn_hidden_size or None,
         )
+        if flex:
+            out["moe_flex_dispatcher_backend"] = "deepep"  # megatron-core's default backend (TransformerConfig)
+        if model.router_groups:  # group-limited routing (TransformerConfig moe_router_num_groups / _group_topk)
+            out.update(moe_router_num_groups=model.router_groups, moe_router_group_topk=model.router_group_topk)
     split = first_last_split(plan.chunk_layers(parallel)) if parallel.pp_size > 1 else None
     if split is not None:
         first, last = split

@@ -35,6 +35,7 @@ from solver.frameworks.export import (
     window_notes,
     without_activation_offload,
     without_bf16_moments,
+    without_flex_dispatch,
     without_fp8_act_input,
     without_fp8_attention,
     without_fp8_output_proj,
@@ -165,6 +166,7 @@ def exact_config(plan: PlanToExport) -> Nearest:
         training, "torchtitan's AdamW keeps its moments in the dtype of the parameters it steps, FSDP2's fp32 shards",
     )
     training, act_input = without_fp8_act_input(plan.model, training, "torchtitan")
+    training, dispatch = without_flex_dispatch(plan.model, training, "torchtitan")
     training, blocking = without_launch_blocking(training, "torchtitan")
     training, fp8_attention = without_fp8_attention(
         training, "torchtitan", "torchtitan's float8 and MXFP8 convert the linear layers only (torchao); F.scaled_dot_product_attention runs in 16 bit",
@@ -172,7 +174,7 @@ def exact_config(plan: PlanToExport) -> Nearest:
     training, output_proj = without_fp8_output_proj(
         training, "torchtitan", "this export quantises torchtitan's transformer layers' linears only, not the output layer",
     )
-    return Nearest(parallel, training, (*out, *muon, *moments, *act_input, *blocking, *fp8_attention, *output_proj))
+    return Nearest(parallel, training, (*out, *muon, *moments, *act_input, *dispatch, *blocking, *fp8_attention, *output_proj))
 
 
 def model_parts(plan: PlanToExport, parallel: ParallelConfig) -> list[list[str]]:

@@ -53,6 +53,11 @@ class ModelSpec:
     them every ``moe_layer_interval``-th layer is an MoE layer (1: all of them; Llama 4 Maverick
     alternates, 2: layers first_dense + 1, + 3, ..., as Hugging Face's ``interleave_moe_layer_step``).
     ``num_experts`` 0 (the default) or 1 is a dense model and takes none of the other MoE fields.
+    Group-limited routing (DeepSeek-V3 Sec 2.1.2, "node-limited routing"; Megatron-core
+    ``--moe-router-num-groups`` / ``--moe-router-group-topk``, Hugging Face ``n_group`` /
+    ``topk_group``): the experts form ``router_groups`` equal groups and a token picks its top-k
+    experts within its top ``router_group_topk`` groups (0: no limit; DeepSeek-V3: 8 and 4). It
+    changes which nodes a token's copies travel to (``solver.cost.moe.remote_domain_copies``).
 
     Multi-head latent attention (DeepSeek-V2 Sec 2.1, DeepSeek-V3 Sec 2.1.1): ``kv_lora_rank``
     above 0 compresses K and V through a rank-``kv_lora_rank`` latent (and Q through
@@ -91,6 +96,8 @@ class ModelSpec:
     first_dense_layers: int = 0
     moe_layer_interval: int = 1
     router: Router = Router.SOFTMAX_TOPK
+    router_groups: int = 0  # group-limited routing: the expert groups (0: none)
+    router_group_topk: int = 0  # the groups each token may use (0: none)
     # Multi-head latent attention (all 0: standard multi-head / grouped-query attention).
     kv_lora_rank: int = 0
     q_lora_rank: int = 0
@@ -178,7 +185,7 @@ class ModelSpec:
     def _check_experts(self) -> None:
         """The mixture-of-experts fields: all at their defaults for a dense model; for an MoE
         model top-k in 1..num_experts, positive widths and counts, and at least one MoE layer."""
-        for field in ("num_experts", "experts_per_token", "num_shared_experts", "first_dense_layers"):
+        for field in ("num_experts", "experts_per_token", "num_shared_experts", "first_dense_layers", "router_groups", "router_group_topk"):
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise SpecError(f"model.{field}", f"must be a non-negative integer, got {value!r}")
@@ -189,7 +196,7 @@ class ModelSpec:
         if not self.is_moe:
             for field, dense in (
                 ("experts_per_token", 0), ("moe_ffn_hidden_size", None), ("num_shared_experts", 0),
-                ("first_dense_layers", 0), ("moe_layer_interval", 1),
+                ("first_dense_layers", 0), ("moe_layer_interval", 1), ("router_groups", 0), ("router_group_topk", 0),
             ):
                 if getattr(self, field) != dense:
                     raise SpecError(f"model.{field}", f"is a mixture-of-experts field: needs num_experts > 1, got num_experts={self.num_experts}")
@@ -205,11 +212,33 @@ class ModelSpec:
                 "model.experts_per_token",
                 f"must be between 1 and num_experts={self.num_experts} (each token's top-k experts), got {self.experts_per_token}",
             )
+        self._check_router_groups()
         if self.num_moe_layers < 1:
             raise SpecError(
                 "model.first_dense_layers",
                 f"{self.first_dense_layers} dense layers and moe_layer_interval {self.moe_layer_interval} leave no MoE layer"
                 f" among num_layers={self.num_layers}",
+            )
+
+    def _check_router_groups(self) -> None:
+        """Group-limited routing, as Megatron-core's TransformerConfig checks it: the groups divide
+        the experts and the chosen groups are at most all of them and hold the top-k; one group
+        (Kimi K2's n_group 1) is no limit, held as 0."""
+        groups, topk = self.router_groups, self.router_group_topk
+        if groups <= 1:
+            if topk > 1:
+                raise SpecError("model.router_group_topk", f"needs router_groups > 1, got router_groups={groups}")
+            object.__setattr__(self, "router_groups", 0)
+            object.__setattr__(self, "router_group_topk", 0)
+            return
+        if self.num_experts % groups:
+            raise SpecError("model.router_groups", f"must divide num_experts={self.num_experts}, got {groups}")
+        if not 1 <= topk <= groups:
+            raise SpecError("model.router_group_topk", f"must be between 1 and router_groups={groups}, got {topk}")
+        if topk * (self.num_experts // groups) < self.experts_per_token:
+            raise SpecError(
+                "model.router_group_topk",
+                f"{topk} groups of {self.num_experts // groups} experts cannot hold the top {self.experts_per_token}",
             )
 
     @property

@@ -65,6 +65,19 @@ class MuonTpMode(str, Enum):
     DISTRIBUTED = "distributed"
 
 
+class MoeDispatcher(str, Enum):
+    """How an MoE layer's tokens reach their experts' ranks (Megatron-core
+    ``--moe-token-dispatcher-type``, solver.cost.moe.ep_comm_s). ALLTOALL: NCCL all-to-alls, each
+    of a token's copies sent to its expert's rank (Megatron-core's alltoall dispatcher). FLEX:
+    the flex dispatcher on DeepEP or HybridEP, which sends a token to each other NVLink domain it
+    is routed to once over the network and forwards it inside that domain over NVLink (DeepSeek-V3,
+    arXiv 2412.19437 Sec 3.2.2; Megatron-core's MoE README: DeepEP "removes redundant tokens
+    during cross-node communication")."""
+
+    ALLTOALL = "alltoall"
+    FLEX = "flex"
+
+
 class MomentsDtype(str, Enum):
     """The dtype the optimizer keeps its moments in (Adam's first and second, SGD's momentum); its
     master weights stay fp32 either way (``solver.cost.memory.optimizer_bytes_per_param``).
@@ -427,6 +440,8 @@ class TrainingSpec:
     moments_dtype: MomentsDtype = MomentsDtype.FP32
     # How Muon orthogonalises a tensor-parallel split matrix (``MuonTpMode``; read with Muon only).
     muon_tp_mode: MuonTpMode = MuonTpMode.DUPLICATED
+    # How the MoE layers' tokens travel to their experts (``MoeDispatcher``; read with MoE models only).
+    moe_dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL
     # The dtype the MoE experts keep their activation function's input in (``ActInputDtype``):
     # 16 bit, or FP8 (DeepSeek-V3's training).
     moe_act_input_dtype: ActInputDtype = ActInputDtype.HALF
@@ -487,6 +502,7 @@ class TrainingSpec:
         object.__setattr__(self, "flash_kernel", _member(FlashKernel, self.flash_kernel, "training.flash_kernel"))
         object.__setattr__(self, "moments_dtype", _member(MomentsDtype, self.moments_dtype, "training.moments_dtype"))
         object.__setattr__(self, "muon_tp_mode", _member(MuonTpMode, self.muon_tp_mode, "training.muon_tp_mode"))
+        object.__setattr__(self, "moe_dispatcher", _member(MoeDispatcher, self.moe_dispatcher, "training.moe_dispatcher"))
         object.__setattr__(self, "moe_act_input_dtype", _member(ActInputDtype, self.moe_act_input_dtype, "training.moe_act_input_dtype"))
         try:
             modules = tuple(sorted({RecomputeModule(m) for m in self.recompute_modules}, key=list(RecomputeModule).index))
