@@ -42,6 +42,20 @@ def test_an_inline_moe_model_is_planned_with_expert_parallelism_and_stored_as_gi
     assert stored["request"]["constraints"]["ep_size"] == [8]
 
 
+def test_an_inline_model_with_routing_groups_plans_with_the_flex_dispatcher(api):
+    """Group-limited routing (4 groups of 2 experts, top 2 groups) and the flex dispatcher through
+    HTTP: both stored as given, the plan succeeds."""
+    model = SMALL_MOE | {"name": unique_name("moe-groups"), "router_groups": 4, "router_group_topk": 2}
+    body = plan_body(model)
+    body["training"] = body["training"] | {"moe_dispatcher": "flex"}
+    created = api.post("/v1/plans", json=body)
+    assert created.status_code == 201, created.text
+    assert created.json()["status"] == "succeeded"
+    stored = api.get(f"/v1/plans/{created.json()['id']}").json()
+    assert (stored["request"]["model"]["router_groups"], stored["request"]["model"]["router_group_topk"]) == (4, 2)
+    assert stored["request"]["training"]["moe_dispatcher"] == "flex"
+
+
 def test_an_evaluation_of_an_moe_model_takes_ep_size(api):
     body = {
         "model": SMALL_MOE | {"name": unique_name("moe-eval")},
@@ -74,6 +88,9 @@ def test_bad_moe_fields_are_a_422_naming_the_field(api):
         ({"experts_per_token": 9}, "body.model.experts_per_token"),  # more than the 8 experts
         ({"num_experts": -1}, "body.model.num_experts"),
         ({"router": "hash"}, "body.model.router"),
+        ({"router_groups": 3, "router_group_topk": 1}, "body.model.router_groups"),  # 8 experts in 3 groups
+        ({"router_groups": 4, "router_group_topk": 5}, "body.model.router_group_topk"),  # more than the 4 groups
+        ({"router_groups": 4}, "body.model.router_group_topk"),  # groups without the groups a token may use
     ):
         response = api.post("/v1/plans", json=plan_body(SMALL_MOE | {"name": unique_name("moe-bad")} | bad))
         assert response.status_code == 422, response.text
