@@ -76,6 +76,13 @@ def test_remote_domains_match_a_simulation_of_the_router(model, ep_size):
         assert remote_domain_copies(ungrouped, 64, 8) == pytest.approx(7 * (1 - (7 / 8) ** 8), rel=0.01)
 
 
+def test_an_expert_group_filling_its_nodes_unevenly_costs_as_the_alltoall():
+    """ep 12 on nodes of 8 (96 experts): no even split of the experts over domains to count
+    copies from, so the flex dispatcher is costed as the alltoall rather than as one node."""
+    model = dataclasses.replace(QWEN, num_experts=96)
+    assert ep_comm_s(H100, model, 4096, 1, 12, 1, FLEX) == ep_comm_s(H100, model, 4096, 1, 12, 1) > 0
+
+
 def test_one_domain_sends_nothing_over_the_network():
     assert remote_domain_copies(DEEPSEEK, 8, 8) == 0.0
     assert ep_ranks_per_domain(GB200, 64, 1) == 64  # an NVL72 rack is one domain

@@ -121,8 +121,10 @@ def ep_comm_s(
     (``comm.forwarded_all_to_all_s``); Megatron-core's alltoall dispatcher sends every copy."""
     spacing = tp_size if expert_tp_size is None else expert_tp_size
     message = dispatch_bytes(model, tokens, tp_size)
-    if dispatcher is MoeDispatcher.FLEX:
-        remote = remote_domain_copies(model, ep_size, ep_ranks_per_domain(cluster, ep_size, spacing))
+    in_domain = ep_ranks_per_domain(cluster, ep_size, spacing)
+    # A group that fills its domains evenly (an ep of 12 on nodes of 8 does not: costed as the alltoall).
+    if dispatcher is MoeDispatcher.FLEX and ep_size % in_domain == 0:
+        remote = remote_domain_copies(model, ep_size, in_domain)
         network = tokens / tp_size * remote * model.hidden_size * BYTES_16BIT
         return 4 * forwarded_all_to_all_s(cluster, message, network, ep_size, spacing)
     return 4 * all_to_all_s(cluster, message, ep_size, spacing)
