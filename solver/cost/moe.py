@@ -102,11 +102,10 @@ def remote_domain_copies(model: ModelSpec, ep_size: int, ranks_per_domain: int) 
     domains = ep_size // ranks_per_domain
     if domains <= 1:
         return 0.0
-    groups, chosen = model.router_groups, model.router_group_topk
-    if groups > 1 and groups % domains == 0:
-        return (domains - 1) * (1 - math.comb(groups - groups // domains, chosen) / math.comb(groups, chosen))
-    experts, k = model.num_experts, model.experts_per_token
-    return (domains - 1) * (1 - math.comb(experts - experts // domains, k) / math.comb(experts, k))
+    groups = model.router_groups
+    # What a domain holds E / D (or g / D) of, and how many of them a token picks.
+    pool, picks = (groups, model.router_group_topk) if groups > 1 and groups % domains == 0 else (model.num_experts, model.experts_per_token)
+    return (domains - 1) * (1 - math.comb(pool - pool // domains, picks) / math.comb(pool, picks))
 
 
 def ep_comm_s(

@@ -104,13 +104,19 @@ def newton_schulz_flops(rows: int, cols: int, steps: int = NEWTON_SCHULZ_STEPS) 
     return steps * (4.0 * m * m * n + 2.0 * m**3)
 
 
-def _newton_schulz_s(gpu: GpuSpec, matrix: Matrix, steps: int = NEWTON_SCHULZ_STEPS) -> float:
-    """Seconds of ``steps`` iterations on each of ``matrix.count`` matrices, one at a time: the
-    three GEMMs of an iteration at the GPU's 16-bit rate (shape-aware, ``compute.gemm_time_s``)."""
+def _iteration_gemms_s(gpu: GpuSpec, m: int, n: int) -> float:
+    """One iteration's three GEMMs on an m x n operand (X X^T: m x m x n, A A: m^3, B X:
+    m x n x m) at the GPU's 16-bit rate (shape-aware, ``compute.gemm_time_s``; fp16 where it has
+    no bf16)."""
     precision = Precision.BF16 if Precision.BF16 in gpu.peak_flops_per_s else Precision.FP16
+    return gemm_time_s(gpu, precision, m, m, n) + gemm_time_s(gpu, precision, m, m, m) + gemm_time_s(gpu, precision, m, n, m)
+
+
+def _newton_schulz_s(gpu: GpuSpec, matrix: Matrix, steps: int = NEWTON_SCHULZ_STEPS) -> float:
+    """Seconds of ``steps`` iterations on each of ``matrix.count`` matrices, one at a time, m the
+    shorter side (``_iteration_gemms_s``)."""
     m, n = min(matrix.rows, matrix.cols), max(matrix.rows, matrix.cols)
-    one = gemm_time_s(gpu, precision, m, m, n) + gemm_time_s(gpu, precision, m, m, m) + gemm_time_s(gpu, precision, m, n, m)
-    return matrix.count * steps * one
+    return matrix.count * steps * _iteration_gemms_s(gpu, m, n)
 
 
 def _distributed_newton_schulz_s(cluster: ClusterSpec, matrix: Matrix, ranks: int, steps: int = NEWTON_SCHULZ_STEPS) -> float:
@@ -122,14 +128,10 @@ def _distributed_newton_schulz_s(cluster: ClusterSpec, matrix: Matrix, ranks: in
     once per matrix it all-reduces the Frobenius norm's scalar (``distributed_normalize_p2``).
     With m the longer side (a row-split matrix taller than wide), A A costs more than the
     duplicated mode's whole-matrix iteration: the waste newton_schulz_tp's docstring warns of."""
-    gpu = cluster.gpu
-    precision = Precision.BF16 if Precision.BF16 in gpu.peak_flops_per_s else Precision.FP16
     m, n = (matrix.cols, matrix.rows) if matrix.split == ROWS else (matrix.rows, matrix.cols)
-    local = n // ranks
     link = tp_link(cluster, ranks)
-    gram_s = all_reduce_s(GRAM_BYTES * m * m, ranks, link)
-    one = gemm_time_s(gpu, precision, m, m, local) + gemm_time_s(gpu, precision, m, m, m) + gemm_time_s(gpu, precision, m, local, m)
-    return matrix.count * (steps * (one + gram_s) + all_reduce_s(NORM_BYTES, ranks, link))
+    one = _iteration_gemms_s(cluster.gpu, m, n // ranks) + all_reduce_s(GRAM_BYTES * m * m, ranks, link)
+    return matrix.count * (steps * one + all_reduce_s(NORM_BYTES, ranks, link))
 
 
 def _attention_matrices(model: ModelSpec) -> list[Matrix]:
