@@ -61,6 +61,7 @@ class MemoryResult:
     other_violations: tuple[str, ...] = ()  # rules other than memory the planner says it breaks
     stage: int = 0  # the pipeline stage compared (measured_stage)
     breakdown_gib: dict[str, float] = field(default_factory=dict)  # that stage's, by MEMORY_KEYS
+    step_segment_gib: float = 0.0  # reserved beside the peak for the optimizer step's copy (reserved figures only)
     skipped: str = ""  # why the record cannot be expressed
 
     @property
@@ -161,19 +162,24 @@ def measured_stage(evaluation: Evaluation, run: dict) -> int:
     return len(evaluation.stages) - 1 if stage == "last" else int(stage)
 
 
-def predicted_measure_bytes(memory: dict[str, float], measures: str) -> float:
+def predicted_measure_bytes(
+    memory: dict[str, float], measures: str, step_segment_bytes: float = 0.0, capacity_bytes: float = float("inf")
+) -> float:
     """The predicted counterpart of what a figure counts (published_memory.json "measures"):
     PyTorch's peak allocated or active bytes are the tensors alone, without the reserve; its
     peak reserved bytes add the caching allocator's fragmentation (the reserve's share in
     proportion to what is allocated) but not the CUDA context, cuBLAS workspaces and NCCL
     buffers, which live outside the allocator (RUNTIME_RESERVE_BYTES); NVML's used memory is
-    everything on the device."""
+    everything on the device. Both reserved figures also hold the segments the optimizer step's
+    gradient copy took beside the activations' cached blocks (``step_segment_bytes``,
+    solver.cost.stage.step_copy_segment_bytes), up to what the GPU holds."""
     allocated = sum(value for key, value in memory.items() if key != "reserve")
     if measures in ("max_allocated", "max_active"):
         return allocated
+    held = min(allocated + memory["reserve"] + step_segment_bytes, capacity_bytes)
     if measures == "max_reserved":
-        return allocated + memory["reserve"] - RUNTIME_RESERVE_BYTES
-    return allocated + memory["reserve"]
+        return held - RUNTIME_RESERVE_BYTES
+    return held
 
 
 def evaluate_record(record: dict) -> MemoryResult:
@@ -194,12 +200,15 @@ def evaluate_record(record: dict) -> MemoryResult:
     return replace(
         base,
         # A run that ran out of memory is compared by its whole peak against the GPU (``fits``).
-        predicted_gib=predicted_measure_bytes(dict(peak.memory_bytes), record["measures"]) / GIB_BYTES if measured is not None else None,
+        predicted_gib=predicted_measure_bytes(
+            dict(peak.memory_bytes), record["measures"], peak.step_segment_bytes, evaluation.capacity_bytes
+        ) / GIB_BYTES if measured is not None else None,
         peak_gib=peak.peak_bytes / GIB_BYTES,
         fits=not any(v.rule is Rule.MEMORY for v in evaluation.violations),
         other_violations=tuple(str(v) for v in evaluation.violations if v.rule is not Rule.MEMORY),
         stage=stage,
         breakdown_gib={key: peak.memory_bytes[key] / GIB_BYTES for key in MEMORY_KEYS},
+        step_segment_gib=peak.step_segment_bytes / GIB_BYTES,
     )
 
 
@@ -264,15 +273,17 @@ def report_lines(results: list[MemoryResult]) -> list[str]:
         "Peak memory per GPU: predicted vs published measurement (GiB; error = predicted / measured - 1)",
         "",
         f"{'record':{width}s} {'measures':15s} {'measured':>8s} {'predicted':>9s} {'error':>7s} {'fits':>4s}  "
-        + " ".join(f"{name:>6s}" for name in BREAKDOWN_COLUMNS.values()),
+        + " ".join(f"{name:>6s}" for name in BREAKDOWN_COLUMNS.values()) + f" {'stpseg':>6s}",
     ]
     for r in results:
         if r.error is None:
             continue
         parts = " ".join(f"{r.breakdown_gib.get(key, 0.0):6.1f}" for key in BREAKDOWN_COLUMNS)
+        # The step copy's own segments count only in the reserved figures.
+        segment = r.step_segment_gib if r.measures in ("max_reserved", "nvidia_smi_used") else 0.0
         lines.append(
             f"{r.record_id:{width}s} {r.measures:15s} {r.measured_gib:8.2f} {r.predicted_gib:9.2f} {r.error:+7.1%} "
-            f"{'yes' if r.fits else 'NO':>4s}  {parts}"
+            f"{'yes' if r.fits else 'NO':>4s}  {parts} {segment:6.1f}"
         )
     ran_out = ran_out_of_memory(results)
     if ran_out:

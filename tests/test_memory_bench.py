@@ -23,8 +23,11 @@ from bench.memory import (
     summarize,
 )
 
-# Today's result (bench/memory.py): 45 of 87 within 10%, MAPE 11.7%, and 5 of the 6 runs that ran
-# out of memory said not to fit: BigScience's 02-25 and 02-28 benchmarks joined (17 figures each,
+# Today's result (bench/memory.py): 53 of 87 within 10%, MAPE 9.9%, and 5 of the 6 runs that ran
+# out of memory said not to fit: the reserved figures hold the segments DeepSpeed's ZeRO-1/2 step
+# copy takes beside the activations' cached blocks (solver.cost.stage.step_copy_segment_bytes;
+# BLOOM's fp16 02-21 and 02-25 figures 17.1 -> 11.4% and 10.8 -> 6.6%). Before that, 45 of 87, MAPE
+# 11.7%: BigScience's 02-25 and 02-28 benchmarks joined (17 figures each,
 # 10.8% and 11.7%, and 3 OOM splits each; the 02-28 ones on DeepSpeed's BF16_Optimizer, 2 + 4 bytes
 # of gradient per parameter), after the allocator's overhead was costed. Before them, 33 of 53, MAPE 11.9%: the caching allocator's
 # overhead is a stack fact, measured for Megatron-DeepSpeed from BigScience's logs (0.15 of the
@@ -54,8 +57,8 @@ from bench.memory import (
 # Megatron's fp32 main grads apply). Raise the floor and lower the ceiling as the memory model
 # improves; never the other way. The ceiling is loose on purpose (today + 8 points): it catches
 # a gross regression, not the drift of a term being reworked.
-WITHIN_TARGET_FLOOR = 45
-MAPE_CEILING = 0.16
+WITHIN_TARGET_FLOOR = 53
+MAPE_CEILING = 0.14
 
 RECORD_FIELDS = ("id", "source", "where_in_source", "quoted", "measured_gib", "measures", "run")
 RUN_FIELDS = (
@@ -125,7 +128,9 @@ def test_every_expressible_record_has_a_finite_prediction(results):
             assert result.predicted_gib is not None and math.isfinite(result.predicted_gib), result.record_id
             assert result.predicted_gib > 0, result.record_id
             assert math.isclose(sum(result.breakdown_gib.values()), result.peak_gib, rel_tol=1e-9)
-            assert result.predicted_gib <= result.peak_gib
+            assert result.predicted_gib <= result.peak_gib + result.step_segment_gib + 1e-9
+            if result.measures in ("max_allocated", "max_active"):
+                assert result.predicted_gib <= result.peak_gib
     assert sum(result.predicted_gib is not None for result in results) >= 10
 
 
@@ -173,3 +178,10 @@ def test_each_figure_is_compared_with_the_quantity_it_counts():
     assert predicted_measure_bytes(memory, "max_allocated") == predicted_measure_bytes(memory, "max_active") == 35.0
     assert predicted_measure_bytes(memory, "max_reserved") == 38.0
     assert predicted_measure_bytes(memory, "nvidia_smi_used") == 38.0 + RUNTIME_RESERVE_BYTES
+    # The optimizer step's own segments are reserved memory, never allocated at the peak; and no
+    # reserve exceeds the GPU (the allocator frees its cache and retries first).
+    assert predicted_measure_bytes(memory, "max_allocated", 4.0) == 35.0
+    assert predicted_measure_bytes(memory, "max_reserved", 4.0) == 42.0
+    assert predicted_measure_bytes(memory, "nvidia_smi_used", 4.0) == 42.0 + RUNTIME_RESERVE_BYTES
+    assert predicted_measure_bytes(memory, "nvidia_smi_used", 4.0, 40.0 + RUNTIME_RESERVE_BYTES) == 40.0 + RUNTIME_RESERVE_BYTES
+    assert predicted_measure_bytes(memory, "max_reserved", 4.0, 40.0 + RUNTIME_RESERVE_BYTES) == 40.0

@@ -217,6 +217,39 @@ def test_bloom_s_single_replica_benchmark_peaks_at_its_zero_1_step():
     assert catalog.get_stack_facts("megatron-deepspeed-2022")["step_grad_copy_bytes_per_param"] == 6
 
 
+def test_the_copy_the_peak_leaves_to_freed_activations_is_reserved_beside_them():
+    """BigScience's 181B benchmark at dp 4, tp 8, pp 12 (chronicles-prequel.md, 02-21, 37GB of
+    nvidia-smi at micro-batch 2): the ZeRO-1 partition's fp16 flatten and fp32 cast (6 bytes per
+    parameter of the shard) are smaller than the activations backward frees, so the peak adds
+    nothing for them, but they are flat buffers of about a billion bytes that no cached
+    activation block holds: the caching allocator reserves them in segments of their own, which
+    the device-used figure shows and the feasibility check does not charge."""
+    record = _record("bloom-prequel-0221-181B-dp4-tp8-pp12-mbs2")
+    run = record["run"]
+    model, cluster, training, parallel, ev = _evaluate_run(run)
+    stage = ev.stages[memory_bench.measured_stage(ev, run)]
+    assert stage.memory_bytes["optimizer_step_copy"] == 0.0
+    shard = stage.parameter_count / parallel.dp_size
+    assert stage.step_segment_bytes == pytest.approx(6 * shard)
+    assert stage.step_segment_bytes / GIB_BYTES == pytest.approx(3.2, abs=0.1)
+    result = memory_bench.evaluate_record(record)
+    assert result.predicted_gib == pytest.approx((stage.peak_bytes + stage.step_segment_bytes) / GIB_BYTES)
+    assert result.peak_gib == pytest.approx(stage.peak_bytes / GIB_BYTES)  # plans are checked against this
+    assert abs(result.error) < 0.17  # -20.5% with the peak alone
+    # A stack whose step copies nothing (Megatron-core's distributed optimizer steps in place).
+    *_, in_place = _evaluate_run(run, step_grad_copy_bytes_per_param=0)
+    assert all(s.step_segment_bytes == 0.0 for s in in_place.stages)
+
+
+def test_where_the_copy_sets_the_peak_nothing_is_reserved_twice():
+    """The 12B ZeRO-3 record peaks at its step: the copy is in the peak, no segment on top."""
+    *_, ev = _evaluate_run(_record(RECORD_12B)["run"])
+    stage = ev.stages[0]
+    transient = sum(stage.memory_bytes[k] for k in TRANSIENT_KEYS)
+    assert stage.memory_bytes["optimizer_step_copy"] > 0
+    assert stage.step_segment_bytes == pytest.approx(transient)  # the copy less its excess over the transient
+
+
 def _without(document, key: str):
     """``document`` with ``key`` removed at every depth, as a row stored before the key existed."""
     if isinstance(document, dict):

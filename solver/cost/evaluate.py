@@ -134,6 +134,7 @@ def evaluate(
             in_flight_micro_batches=cost.in_flight_micro_batches,
             memory_bytes=cost.memory,
             parameter_count=cost.parameter_count,
+            step_segment_bytes=cost.step_segment_bytes,
         )
         for stage, (layers, cost) in enumerate(zip(chunks, costs))
     )

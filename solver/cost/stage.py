@@ -92,6 +92,9 @@ class StageCost:
     # to the host); empty without it (solver.cost.offload.activation_offload_exposed_s).
     activation_offload: tuple[tuple[float, float, float], ...] = ()
     nvme_bytes: float = 0.0  # NVMe this GPU's offloaded states take (solver.cost.offload)
+    # The optimizer step's gradient copy that the peak leaves to the backward's freed memory
+    # (step_copy_segment_bytes): the caching allocator's reserve holds it beside that peak.
+    step_segment_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -326,6 +329,25 @@ def step_peak_excess_bytes(copy_bytes: float, backward_transient_bytes: float) -
     return max(0.0, copy_bytes - backward_transient_bytes)
 
 
+def step_copy_segment_bytes(copy_bytes: float, peak_excess_bytes: float) -> float:
+    """The part of the optimizer step's gradient copy that the peak (``step_peak_excess_bytes``)
+    counts as reusing the backward's freed memory, but that PyTorch's caching allocator must
+    reserve in segments of its own while it has room.
+
+    The copy is flat: one fp16/bf16 partition and its fp32 cast per parameter group (DeepSpeed's
+    ``single_grad_partition``), each ``copy_bytes``' share of a shard of billions of parameters
+    and so larger than any one activation tensor. The allocator serves a request from a cached
+    block at least as large and never joins blocks of different segments (c10/cuda/
+    CUDACachingAllocator.cpp: blocks split and merge only inside the segment one cudaMalloc made),
+    so the activations' cached blocks cannot hold the copy: it takes new segments, which later
+    micro-batches' activations then split and reuse, and the reserve keeps both. Only where
+    cudaMalloc fails does the allocator free its cached blocks and retry, so the copy still fits
+    wherever the peak does (what plans are checked against), while the reserve a run shows
+    (``torch.cuda.max_memory_reserved``, nvidia-smi) is the peak plus these bytes, up to the GPU's
+    capacity."""
+    return copy_bytes - peak_excess_bytes
+
+
 # --------------------------------------------------------------------------- one stage
 
 
@@ -407,7 +429,8 @@ def stage_cost(
         zero3_gather_buffers=stage_buffer_bytes(largest, params, policy),
     )
     transient = allocated["activations"] + allocated["embedding_and_logits"] + allocated["zero3_gather_buffers"]
-    allocated["optimizer_step_copy"] = step_peak_excess_bytes(step_copy_bytes(params, policy, experts), transient)
+    copy = step_copy_bytes(params, policy, experts)
+    allocated["optimizer_step_copy"] = step_peak_excess_bytes(copy, transient)
     memory = StageMemory(**allocated, reserve=reserve_bytes(sum(allocated.values()), policy.fragmentation_fraction))
     host = host_bytes_per_gpu(held["optimizer_states"], policy.optimizer, policy.offload, policy.nvme_offload, policy.moments_dtype) + in_flight * (
         sum(offloaded) + sum(moved)
@@ -416,5 +439,5 @@ def stage_cost(
     activation_offload = tuple((layer.forward_s, layer.backward_s, bytes_) for (layer, _), bytes_ in zip(layers, moved)) if any(moved) else ()
     return StageCost(
         time, memory, params, largest, in_flight, any(full for _, full in layers), experts, host, sum(offloaded), activation_offload,
-        nvme,
+        nvme, step_copy_segment_bytes(copy, allocated["optimizer_step_copy"]),
     )
