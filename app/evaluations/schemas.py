@@ -315,8 +315,9 @@ class MemoryBreakdown(BaseModel):
     optimizer_step_copy: float = Field(
         0.0,
         description=(
-            "what the optimizer step's gradient copy (DeepSpeed ZeRO: fp32 per sub-group or partition) adds beyond the backward's "
-            "freed memory, GiB; 0 in plans stored before it was costed"
+            "what the gradients' copy after backward adds beyond the backward's freed memory (the optimizer step's, DeepSpeed "
+            "ZeRO: fp32 per sub-group or partition; or the gradient reduce's, DeepSpeed's BF16_Optimizer: a bf16 copy of the "
+            "stage's gradients; the larger), GiB; 0 in plans stored before it was costed"
         ),
     )
     reserve: float = Field(description="runtime reserve and allocator fragmentation, GiB")

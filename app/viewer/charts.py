@@ -28,7 +28,7 @@ MEMORY_KINDS: dict[str, tuple[str, str, str]] = {
     "activations": ("activations", "#76b7b2", "dots"),
     "embedding_and_logits": ("embedding and logits", "#59a14f", "vertical"),
     "zero3_gather_buffers": ("ZeRO-3 gather buffers", "#edc948", "horizontal"),
-    "optimizer_step_copy": ("optimizer step's gradient copy", "#b07aa1", "grid"),
+    "optimizer_step_copy": ("gradients' copy after backward", "#b07aa1", "grid"),
     "reserve": ("reserve", "#bab0ac", "antidiagonal"),
 }
 # Step-time parts in the order of ``solver.cost.result.BREAKDOWN_KEYS``: label, fill, pattern.

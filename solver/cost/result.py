@@ -46,7 +46,8 @@ class StageMemory(_FieldMapping):
     activations: float  # transformer layers' activations in flight + the recompute working set
     embedding_and_logits: float
     zero3_gather_buffers: float
-    # What the optimizer step's gradient copy adds beyond the backward's transient memory (stage.step_peak_excess_bytes)
+    # What the gradients' copy after backward (the optimizer step's, or the reduce's cast: stage.step_copy_bytes)
+    # adds beyond the backward's transient memory (stage.step_peak_excess_bytes)
     optimizer_step_copy: float
     reserve: float  # runtime reserve + allocator fragmentation
 

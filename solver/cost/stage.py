@@ -119,6 +119,7 @@ class StagePolicy:
     step_grad_copy_bytes_per_param: int = 0  # the optimizer step's gradient copy (TrainingSpec)
     optimizer_sub_group_params: int = 0  # what the step copies at a time; 0: the whole shard (TrainingSpec)
     fragmentation_fraction: float = FRAGMENTATION_FRACTION  # the allocator's overhead (TrainingSpec.allocator_fragmentation_fraction)
+    reduce_cast_bytes_per_param: int = 0  # the gradient reduce's cast copy (TrainingSpec.reduce_cast_bytes_per_param)
 
     @staticmethod
     def of(gpu: GpuSpec, parallel: ParallelConfig, training: TrainingSpec, num_micro_batches: int) -> "StagePolicy":
@@ -128,7 +129,7 @@ class StagePolicy:
             parallel.pp_size, parallel.expert_dp_size, training.grad_bytes_per_param, parallel.offload,
             parallel.activation_offload_layers, training.autocast_weights, training.grad_bucket_copy, parallel.nvme_offload,
             training.moments_dtype, training.step_grad_copy_bytes_per_param, training.optimizer_sub_group_params,
-            training.allocator_fragmentation_fraction,
+            training.allocator_fragmentation_fraction, training.reduce_cast_bytes_per_param,
         )
 
     @property
@@ -313,12 +314,18 @@ def step_copy_bytes(parameter_count: float, policy: StagePolicy, expert_paramete
     step casts every parameter group's partition before stepping any; sub-groups are a ZeRO-3
     setting). None at ZeRO 0, where a stack's plain fp16/bf16 optimizer steps instead (not costed:
     solver.cost.memory.optimizer_step_copy_bytes), and none where the optimizer steps on the host
-    (offload: DeepSpeed copies the gradients to the host's fp32 buffer instead, ``_prepare_sub_group``)."""
+    (offload: DeepSpeed copies the gradients to the host's fp32 buffer instead, ``_prepare_sub_group``).
+
+    Before the step, the gradient reduce may copy too: DeepSpeed's BF16_Optimizer under the
+    pipeline engine (``TrainingSpec.reduce_cast_bytes_per_param``) casts every fp32 gradient group
+    of the stage to bf16 for its all-reduce. Both copies are made after backward has freed the
+    activations and each is freed before the other is made, so the larger one is what this returns."""
+    cast = policy.reduce_cast_bytes_per_param * parameter_count
     if policy.offload is not Offload.NONE or policy.zero_stage is ZeroStage.NONE:
-        return 0.0
+        return cast
     shard = optimizer_shard_parameter_count(parameter_count, policy, expert_parameter_count)
     sub_group = policy.optimizer_sub_group_params if policy.zero_stage is ZeroStage.OS_G_P else 0
-    return optimizer_step_copy_bytes(shard, policy.step_grad_copy_bytes_per_param, sub_group)
+    return max(cast, optimizer_step_copy_bytes(shard, policy.step_grad_copy_bytes_per_param, sub_group))
 
 
 def step_peak_excess_bytes(copy_bytes: float, backward_transient_bytes: float) -> float:

@@ -561,6 +561,19 @@ class TrainingSpec:
         return 4 if fp32_main_grad else 2
 
     @property
+    def reduce_cast_bytes_per_param(self) -> int:
+        """Bytes per parameter of the stage that the data-parallel gradient reduce copies after
+        backward: 2 for DeepSpeed's BF16_Optimizer (FP32_BESIDE_HALF), else 0. Its pipeline engine
+        reduces the optimizer's flat fp32 gradient groups (``_exec_reduce_grads`` ->
+        ``_bf16_reduce_grads`` -> ``buffered_allreduce_fallback``, buckets of at least 5e8
+        elements, and a group's flat gradient is one bucket), and ``allreduce_bucket`` all-reduces
+        each bucket in ``communication_data_type``, bf16 for bf16 training at ZeRO 0 (engine.py,
+        deepspeedai/DeepSpeed v0.6.2 to v0.6.5, where BF16_Optimizer runs only at ZeRO 0): a bf16
+        copy of every gradient of the stage, not sharded, copied back into the fp32 groups after
+        the all-reduce."""
+        return 2 if self.grad_reduce is GradReduce.FP32_BESIDE_HALF else 0
+
+    @property
     def tokens_per_step(self) -> int:
         return self.global_batch_size * self.seq_length
 
