@@ -61,7 +61,7 @@ STACK_FACTS = (
     "grad_reduce", "loss_dtype", "loss_kernel", "low_precision_saved_inputs", "ep_comm_overlap",
     "autocast_weights", "grad_bucket_copy", "loss_keeps_logits", "sp_saved_input", "expert_gemms", "flash_kernel",
     "step_grad_copy_bytes_per_param", "optimizer_sub_group_params", "allocator_fragmentation_fraction",
-    "kv_head_subsharding", "fp8_attention", "fp8_output_proj",
+    "kv_head_subsharding", "fp8_attention", "fp8_output_proj", "zero_reduce_bucket_params", "zero_step_norm_copies",
 )
 
 MODEL_FIELDS = (

@@ -95,8 +95,8 @@ BLOOM_200B_PROBE = "bloom-prequel-0217-200B-dp1-tp8-pp10-mbs1"
 def test_bloom_s_stage_memory_carries_the_stack_s_overhead():
     """BigScience's 200B probe on 10 Jean Zay nodes (tp 8, pp 10, dp 1; 73 GB of nvidia-smi,
     chronicles-prequel.md): with the Megatron-DeepSpeed stack's measured overhead its stage's
-    reserve is 15% of what it allocates plus the runtime's, and the figure is within 10% (-11.9%
-    with the old 5%)."""
+    reserve is 15% of what it allocates at the backward's peak (the step's excess is whole flat
+    buffers beside it) plus the runtime's, and the figure is within 10% (-11.9% with the old 5%)."""
     record = next(r for r in memory_bench.load_records() if r["id"] == BLOOM_200B_PROBE)
     run = record["run"]
     training = memory_bench.training_for(run)
@@ -104,7 +104,8 @@ def test_bloom_s_stage_memory_carries_the_stack_s_overhead():
     model, cluster, parallel = memory_bench.model_for(run), memory_bench.cluster_for(run), memory_bench.parallel_for(run)
     evaluation = evaluate(model, cluster, training, parallel, num_gpus=run["num_gpus"])
     peak = evaluation.stages[evaluation.peak_stage].memory_bytes
-    allocated = sum(value for key, value in peak.items() if key != "reserve")
+    allocated = sum(value for key, value in peak.items() if key not in ("reserve", "optimizer_step_copy"))
+    assert peak["optimizer_step_copy"] > 0
     assert peak["reserve"] == pytest.approx(RUNTIME_RESERVE_BYTES + 0.15 * allocated)
     result = memory_bench.evaluate_record(record)
     assert abs(result.error) <= 0.10, result.error
@@ -126,7 +127,7 @@ def test_the_api_takes_the_stack_s_fraction_and_an_override(api):
     none = api.post("/v1/evaluations", json=_body(stack="megatron-deepspeed-2022", allocator_fragmentation_fraction=0.0))
     assert stack.status_code == none.status_code == 200, (stack.text, none.text)
     reserve = [r.json()["memory"]["breakdown_gib"]["reserve"] for r in (stack, none)]
-    allocated = sum(v for k, v in none.json()["memory"]["breakdown_gib"].items() if k != "reserve")
+    allocated = sum(v for k, v in none.json()["memory"]["breakdown_gib"].items() if k not in ("reserve", "optimizer_step_copy"))
     assert reserve[1] == pytest.approx(RUNTIME_RESERVE_BYTES / 2**30, abs=0.01)
     assert reserve[0] == pytest.approx(reserve[1] + 0.15 * allocated, abs=0.02)
     listed = api.get("/v1/catalog/stacks/megatron-lm-2021")

@@ -23,8 +23,11 @@ from bench.memory import (
     summarize,
 )
 
-# Today's result (bench/memory.py): 65 of 87 within 10%, MAPE 8.0%, and 5 of the 6 runs that ran
-# out of memory said not to fit: DeepSpeed's bf16 gradient reduce casts every gradient of the stage
+# Today's result (bench/memory.py): 73 of 87 within 10%, MAPE 7.4%, and 5 of the 6 runs that ran
+# out of memory said not to fit: DeepSpeed's ZeRO-1 flattens its reduce buckets after backward and its
+# step copies one gradient at a time for the overflow check (fp32) and the norm (fp64), each in
+# segments of its own (solver.cost.stage.step_phases; BLOOM's fp16 figures 11.4 -> 7.9% and 6.6 ->
+# 6.4%). Before that, 65 of 87, MAPE 8.0%: DeepSpeed's bf16 gradient reduce casts every gradient of the stage
 # to bf16 after backward (TrainingSpec.reduce_cast_bytes_per_param; BLOOM's 02-28 figures 11.7 ->
 # 2.4%). Before that, 53 of 87, MAPE 9.9%: the reserved figures hold the segments DeepSpeed's ZeRO-1/2 step
 # copy takes beside the activations' cached blocks (solver.cost.stage.step_copy_segment_bytes;
@@ -59,8 +62,8 @@ from bench.memory import (
 # Megatron's fp32 main grads apply). Raise the floor and lower the ceiling as the memory model
 # improves; never the other way. The ceiling is loose on purpose (today + 8 points): it catches
 # a gross regression, not the drift of a term being reworked.
-WITHIN_TARGET_FLOOR = 65
-MAPE_CEILING = 0.12
+WITHIN_TARGET_FLOOR = 73
+MAPE_CEILING = 0.11
 
 RECORD_FIELDS = ("id", "source", "where_in_source", "quoted", "measured_gib", "measures", "run")
 RUN_FIELDS = (

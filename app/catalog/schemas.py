@@ -518,6 +518,18 @@ class StackFacts(BaseModel):
     fp8_output_proj: bool = Field(
         description="the output layer's logits GEMM runs in MXFP8 (Megatron-core's fp8_output_proj); only with precision mxfp8"
     )
+    zero_reduce_bucket_params: int = Field(
+        description=(
+            "DeepSpeed ZeRO-1/2's gradient reduce bucket (reduce_bucket_size, 16-bit elements): ZeRO-1 flattens each bucket into a new "
+            "tensor for its reduction after backward, ZeRO-2 holds a contiguous buffer of that size through every backward; 0: none"
+        )
+    )
+    zero_step_norm_copies: bool = Field(
+        description=(
+            "the optimizer step checks and measures each gradient through copies (DeepSpeed ZeRO-1/2: an fp32 copy for the overflow "
+            "check, then an fp64 one for the norm, of one gradient's partition at a time)"
+        )
+    )
 
 
 class StackFactSources(BaseModel):
@@ -552,6 +564,8 @@ class StackFactSources(BaseModel):
     kv_head_subsharding: str
     fp8_attention: str
     fp8_output_proj: str
+    zero_reduce_bucket_params: str
+    zero_step_norm_copies: str
 
 
 class StackEntry(BaseModel):

@@ -150,6 +150,21 @@ class Training(BaseModel):
         None,
         description="parameters the optimizer steps at a time (DeepSpeed's sub_group_size; 0: the whole local shard); null: the stack's",
     )
+    zero_reduce_bucket_params: SubGroupParams | None = Field(
+        None,
+        description=(
+            "DeepSpeed ZeRO-1/2's gradient reduce bucket (reduce_bucket_size, 16-bit elements): ZeRO-1 flattens each bucket into a new "
+            "tensor for its reduction after backward, ZeRO-2 holds a contiguous buffer of that size through every backward; 0: none; "
+            "null: the stack's"
+        ),
+    )
+    zero_step_norm_copies: Flag | None = Field(
+        None,
+        description=(
+            "the optimizer step checks and measures each gradient through copies (DeepSpeed ZeRO-1/2: an fp32 copy for the overflow "
+            "check, then an fp64 one for the norm, of one gradient's partition at a time); null: the stack's"
+        ),
+    )
     allocator_fragmentation_fraction: FragmentationFraction | None = Field(
         None,
         description=(

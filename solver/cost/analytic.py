@@ -34,6 +34,7 @@ from solver.cost.flops import (
     attention_score_flops,
     embedding_parameter_count,
     head_parameter_count,
+    largest_layer_tensor_count,
     layer_forward_gemm_flops,
     layer_parameter_count,
     logits_forward_flops,
@@ -519,6 +520,7 @@ def _layer_profile(
         forward_s=forward_s,
         backward_s=backward_s,
         parameter_count=layer_parameter_count(model) // t,
+        largest_tensor_parameter_count=largest_layer_tensor_count(model) // t,
         activation_bytes=activation,
         selective_activation_bytes=selective,
         checkpoint_bytes=checkpoint,
@@ -693,6 +695,7 @@ def _embedding_profile(
         forward_s=forward_s,
         backward_s=backward_s,
         parameter_count=embedding_parameter_count(model) // t,
+        largest_tensor_parameter_count=model.vocab_size * h // t,  # the vocabulary-parallel token table
         activation_bytes=mask_bytes,
         selective_activation_bytes=mask_bytes,
         checkpoint_bytes=mask_bytes,
@@ -802,6 +805,8 @@ def _head_profile(
         forward_s=forward_s,
         backward_s=backward_s,
         parameter_count=head_parameter_count(model) // t,
+        # The untied output projection; a tied head's is the embedding's, counted there.
+        largest_tensor_parameter_count=(0 if model.tied_embeddings else model.vocab_size * model.hidden_size) // t,
         activation_bytes=kept,
         selective_activation_bytes=kept,
         checkpoint_bytes=kept,

@@ -8,7 +8,7 @@ FLOPs are counted in full even for causal masks, as both papers do.
 
 from __future__ import annotations
 
-from solver.spec.model import Architecture, ModelSpec, PositionEmbedding
+from solver.spec.model import Architecture, MlpActivation, ModelSpec, PositionEmbedding
 from solver.spec.training import Recompute
 
 
@@ -65,6 +65,20 @@ def layer_weight_count(model: ModelSpec, moe: bool = False, active: bool = False
     when ``moe``, counting only the experts a token uses when ``active``."""
     mlp = moe_mlp_weight_count(model, active) if moe else mlp_weight_count(model)
     return attention_weight_count(model) + mlp
+
+
+def largest_layer_tensor_count(model: ModelSpec, moe: bool = False) -> int:
+    """Elements of a transformer layer's largest weight tensor as Megatron-style code holds it,
+    before tensor parallelism splits it: the fused QKV projection h x (q + 2 kv), the output
+    projection q x h, the first MLP matrix h x ffn (h x 2 ffn where SwiGLU fuses gate and up, as
+    Megatron's ``linear_fc1`` does) or the second ffn x h; an MoE layer's experts at their own
+    width (one tensor per expert), beside the dense attention. Multi-head latent attention's
+    projections are each smaller than its experts' in the models that use it, and are left out."""
+    h = model.hidden_size
+    gated = 2 if model.mlp_activation is MlpActivation.SWIGLU else 1
+    attention = max(h * (model.q_width + 2 * model.kv_hidden_size), model.q_width * h)
+    ffn = model.moe_ffn_hidden_size if moe else model.ffn_hidden_size
+    return max(attention, gated * h * ffn)
 
 
 def layer_parameter_count(model: ModelSpec, moe: bool = False, active: bool = False) -> int:

@@ -74,6 +74,11 @@ class LayerProfile:
     # backward nodes write before autograd frees their saved tensors (solver.cost.analytic
     # backward_working_bytes). From the analytic model; a measured profile carries none.
     backward_working_bytes: int = 0
+    # The largest single parameter tensor of the layer this GPU holds (tp-split): the embedding
+    # table, a layer's widest weight matrix. DeepSpeed's ZeRO-1/2 step copies one gradient at a
+    # time to check and measure it (solver.cost.stage.step_phases). From the analytic model; 0
+    # where a profile does not say (read as ``parameter_count``, an upper bound).
+    largest_tensor_parameter_count: int = 0
 
     def recompute_s(self, mode: Recompute) -> float:
         """Extra time of recomputing this layer in ``mode``: a full recompute repeats the forward

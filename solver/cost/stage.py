@@ -17,6 +17,7 @@ in-flight micro-batches, reserve) and ``solver.cost.profile`` (per-layer terms).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,6 +121,8 @@ class StagePolicy:
     optimizer_sub_group_params: int = 0  # what the step copies at a time; 0: the whole shard (TrainingSpec)
     fragmentation_fraction: float = FRAGMENTATION_FRACTION  # the allocator's overhead (TrainingSpec.allocator_fragmentation_fraction)
     reduce_cast_bytes_per_param: int = 0  # the gradient reduce's cast copy (TrainingSpec.reduce_cast_bytes_per_param)
+    zero_reduce_bucket_params: int = 0  # DeepSpeed ZeRO-1/2's gradient bucket (TrainingSpec.zero_reduce_bucket_params)
+    zero_step_norm_copies: bool = False  # DeepSpeed ZeRO-1/2's per-tensor check and norm copies (TrainingSpec)
 
     @staticmethod
     def of(gpu: GpuSpec, parallel: ParallelConfig, training: TrainingSpec, num_micro_batches: int) -> "StagePolicy":
@@ -130,6 +133,7 @@ class StagePolicy:
             parallel.activation_offload_layers, training.autocast_weights, training.grad_bucket_copy, parallel.nvme_offload,
             training.moments_dtype, training.step_grad_copy_bytes_per_param, training.optimizer_sub_group_params,
             training.allocator_fragmentation_fraction, training.reduce_cast_bytes_per_param,
+            training.zero_reduce_bucket_params, training.zero_step_norm_copies,
         )
 
     @property
@@ -308,24 +312,113 @@ def optimizer_shard_parameter_count(parameter_count: float, policy: StagePolicy,
     return parameter_count
 
 
-def step_copy_bytes(parameter_count: float, policy: StagePolicy, expert_parameter_count: float = 0) -> float:
-    """The optimizer step's gradient copy on this GPU (``memory.optimizer_step_copy_bytes``) over
-    its ZeRO optimizer's shard: ZeRO-3 one sub-group at a time, ZeRO-1/2 the whole partition (their
-    step casts every parameter group's partition before stepping any; sub-groups are a ZeRO-3
-    setting). None at ZeRO 0, where a stack's plain fp16/bf16 optimizer steps instead (not costed:
-    solver.cost.memory.optimizer_step_copy_bytes), and none where the optimizer steps on the host
-    (offload: DeepSpeed copies the gradients to the host's fp32 buffer instead, ``_prepare_sub_group``).
+# DeepSpeed's ZeRO-1/2 optimizer's per-tensor copies in its step, bytes per element: the overflow
+# check sums an fp32 copy (``_has_inf_or_nan``: ``float(x.float().sum())``), then the norm takes
+# that of an fp64 one (``get_grad_norm_direct``: ``g.data.double().norm(2)``), each of one
+# gradient's partition at a time (deepspeed/runtime/zero/stage2.py v0.3.15-v0.4,
+# stage_1_and_2.py v0.5-v0.9).
+ZERO_CHECK_COPY_BYTES = 4
+ZERO_NORM_COPY_BYTES = 8
+# The 16-bit gradients DeepSpeed's ZeRO-1/2 buckets hold (the optimizer's ``self.dtype``).
+ZERO_BUCKET_BYTES = 2
+# Of DeepSpeed's step copy (``step_grad_copy_bytes_per_param``), the fp32 cast; the rest is the
+# 16-bit flat partition it is cast from, alive beside it (``flatten(...).to(float32)``).
+STEP_COPY_FP32_BYTES = 4
 
-    Before the step, the gradient reduce may copy too: DeepSpeed's BF16_Optimizer under the
-    pipeline engine (``TrainingSpec.reduce_cast_bytes_per_param``) casts every fp32 gradient group
-    of the stage to bf16 for its all-reduce. Both copies are made after backward has freed the
-    activations and each is freed before the other is made, so the larger one is what this returns."""
-    cast = policy.reduce_cast_bytes_per_param * parameter_count
+
+def _deepspeed_zero12(policy: StagePolicy) -> bool:
+    """Whether DeepSpeed's ZeRO-1/2 optimizer steps on the GPU here: ZeRO-1/2 without offload,
+    and not DeepSpeed's BF16_Optimizer (whose gradient reduce casts instead:
+    ``reduce_cast_bytes_per_param``)."""
+    return (
+        policy.zero_stage in (ZeroStage.OS, ZeroStage.OS_G) and policy.offload is Offload.NONE
+        and policy.reduce_cast_bytes_per_param == 0
+    )
+
+
+def step_phases(
+    parameter_count: float, policy: StagePolicy, expert_parameter_count: float = 0, largest_tensor_count: float | None = None,
+) -> tuple[tuple[float, ...], ...]:
+    """The buffers a stage makes after its last backward, when the activations are freed, and
+    frees before the next forward, in the order it makes them: a tuple per moment, of the buffers
+    alive together then, in bytes. ``largest_tensor_count``: the stage's largest parameter tensor
+    (``LayerProfile.largest_tensor_parameter_count``; None: the whole stage, an upper bound).
+
+    - DeepSpeed's ZeRO-1 reduce: each bucket of up to ``zero_reduce_bucket_params`` 16-bit
+      gradients flattened into a new tensor (``TrainingSpec.zero_reduce_bucket_params``);
+    - DeepSpeed's BF16_Optimizer reduce: a bf16 copy of every fp32 gradient of the stage
+      (``TrainingSpec.reduce_cast_bytes_per_param``);
+    - DeepSpeed's ZeRO-1/2 step (``TrainingSpec.zero_step_norm_copies``): the overflow check's fp32
+      copy, then the norm's fp64 copy, of one gradient's part of the optimizer's partition at a
+      time, the largest min(largest tensor, partition);
+    - the optimizer step's gradient copy over its ZeRO optimizer's shard
+      (``memory.optimizer_step_copy_bytes``): ZeRO-3 one sub-group at a time, ZeRO-1/2 the whole
+      partition (their step casts every parameter group's partition before stepping any;
+      sub-groups are a ZeRO-3 setting), a 16-bit flat copy and its fp32 cast alive together. None
+      at ZeRO 0, where a stack's plain fp16/bf16 optimizer steps instead (not costed), and none
+      where the optimizer steps on the host (offload: DeepSpeed copies the gradients to the host's
+      fp32 buffer instead, ``_prepare_sub_group``)."""
+    phases: list[tuple[float, ...]] = []
+    zero12 = _deepspeed_zero12(policy)
+    if zero12 and policy.zero_stage is ZeroStage.OS and policy.zero_reduce_bucket_params:
+        phases.append((ZERO_BUCKET_BYTES * min(float(policy.zero_reduce_bucket_params), parameter_count),))
+    if policy.reduce_cast_bytes_per_param:
+        phases.append((policy.reduce_cast_bytes_per_param * parameter_count,))
     if policy.offload is not Offload.NONE or policy.zero_stage is ZeroStage.NONE:
-        return cast
+        return tuple(phases)
     shard = optimizer_shard_parameter_count(parameter_count, policy, expert_parameter_count)
+    if zero12 and policy.zero_step_norm_copies:
+        view = min(parameter_count if largest_tensor_count is None else largest_tensor_count, shard)
+        phases += [(ZERO_CHECK_COPY_BYTES * view,), (ZERO_NORM_COPY_BYTES * view,)]
     sub_group = policy.optimizer_sub_group_params if policy.zero_stage is ZeroStage.OS_G_P else 0
-    return max(cast, optimizer_step_copy_bytes(shard, policy.step_grad_copy_bytes_per_param, sub_group))
+    copy = optimizer_step_copy_bytes(shard, policy.step_grad_copy_bytes_per_param, sub_group)
+    if copy:
+        per_param = policy.step_grad_copy_bytes_per_param
+        fp32 = copy * STEP_COPY_FP32_BYTES / per_param if per_param > STEP_COPY_FP32_BYTES else 0.0
+        phases.append((copy - fp32, fp32) if fp32 else (copy,))
+    return tuple(phases)
+
+
+def step_copy_bytes(
+    parameter_count: float, policy: StagePolicy, expert_parameter_count: float = 0, largest_tensor_count: float | None = None,
+) -> float:
+    """The most the buffers after backward hold at one moment (``step_phases``): what the peak
+    compares with the backward's transient memory."""
+    return max((sum(phase) for phase in step_phases(parameter_count, policy, expert_parameter_count, largest_tensor_count)), default=0.0)
+
+
+def zero_bucket_at_peak_bytes(policy: StagePolicy) -> float:
+    """DeepSpeed ZeRO-2's contiguous gradient buffer, allocated at the start of every backward
+    and held through it (``TrainingSpec.zero_reduce_bucket_params``): at the stage's peak."""
+    if _deepspeed_zero12(policy) and policy.zero_stage is ZeroStage.OS_G:
+        return float(ZERO_BUCKET_BYTES * policy.zero_reduce_bucket_params)
+    return 0.0
+
+
+def largest_tensor_count(layers: Iterable[LayerProfile]) -> int:
+    """The largest parameter tensor among ``layers`` (``LayerProfile.largest_tensor_parameter_count``;
+    a layer's whole parameter count where its profile does not say)."""
+    return max((layer.largest_tensor_parameter_count or layer.parameter_count for layer in layers), default=0)
+
+
+def new_segment_bytes(phases: tuple[tuple[float, ...], ...]) -> float:
+    """Bytes of the segments PyTorch's caching allocator must cudaMalloc for ``phases``
+    (``step_phases``) when no block the backward left cached is large enough for them (see
+    ``step_copy_segment_bytes``): each buffer takes the smallest free block that holds it, split
+    if larger, or a new segment of its own (c10/cuda/CUDACachingAllocator.cpp: best fit among
+    cached blocks, blocks split and merged inside their segment); a moment's buffers are all freed
+    before the next moment's are made, so every segment is whole again."""
+    segments: list[float] = []
+    for phase in phases:
+        free = list(segments)
+        for size in phase:
+            fitting = [i for i, block in enumerate(free) if block >= size]
+            if fitting:
+                best = min(fitting, key=free.__getitem__)
+                free[best] -= size
+            else:
+                segments.append(size)
+    return sum(segments)
 
 
 def step_peak_excess_bytes(copy_bytes: float, backward_transient_bytes: float) -> float:
@@ -336,10 +429,10 @@ def step_peak_excess_bytes(copy_bytes: float, backward_transient_bytes: float) -
     return max(0.0, copy_bytes - backward_transient_bytes)
 
 
-def step_copy_segment_bytes(copy_bytes: float, peak_excess_bytes: float) -> float:
-    """The part of the optimizer step's gradient copy that the peak (``step_peak_excess_bytes``)
-    counts as reusing the backward's freed memory, but that PyTorch's caching allocator must
-    reserve in segments of its own while it has room.
+def step_copy_segment_bytes(phases: tuple[tuple[float, ...], ...], peak_excess_bytes: float) -> float:
+    """The part of the buffers after backward (``step_phases``) that the peak
+    (``step_peak_excess_bytes``) counts as reusing the backward's freed memory, but that PyTorch's
+    caching allocator must reserve in segments of its own while it has room (``new_segment_bytes``).
 
     The copy is flat: one fp16/bf16 partition and its fp32 cast per parameter group (DeepSpeed's
     ``single_grad_partition``), each ``copy_bytes``' share of a shard of billions of parameters
@@ -352,7 +445,7 @@ def step_copy_segment_bytes(copy_bytes: float, peak_excess_bytes: float) -> floa
     wherever the peak does (what plans are checked against), while the reserve a run shows
     (``torch.cuda.max_memory_reserved``, nvidia-smi) is the peak plus these bytes, up to the GPU's
     capacity."""
-    return copy_bytes - peak_excess_bytes
+    return new_segment_bytes(phases) - peak_excess_bytes
 
 
 # --------------------------------------------------------------------------- one stage
@@ -429,16 +522,21 @@ def stage_cost(
     working = max(working_per_run, default=0)
     allocated = dict(
         weights=states["weights"],
-        gradients=states["gradients"],
+        gradients=states["gradients"] + zero_bucket_at_peak_bytes(policy),
         optimizer_states=states["optimizer_states"],
         activations=activation_bytes(in_flight, kept, working) + checkpoint_buffer_bytes(max(offloaded, default=0), policy.offload),
         embedding_and_logits=extras_activation_bytes(in_flight, embedding, head, base, working),
         zero3_gather_buffers=stage_buffer_bytes(largest, params, policy),
     )
-    transient = allocated["activations"] + allocated["embedding_and_logits"] + allocated["zero3_gather_buffers"]
-    copy = step_copy_bytes(params, policy, experts)
-    allocated["optimizer_step_copy"] = step_peak_excess_bytes(copy, transient)
-    memory = StageMemory(**allocated, reserve=reserve_bytes(sum(allocated.values()), policy.fragmentation_fraction))
+    # ZeRO-2's bucket (in the gradients) is freed with the activations before the step.
+    transient = allocated["activations"] + allocated["embedding_and_logits"] + allocated["zero3_gather_buffers"] + zero_bucket_at_peak_bytes(policy)
+    phases = step_phases(params, policy, experts, largest_tensor_count(layer for layer, _, _ in runs))
+    allocated["optimizer_step_copy"] = step_peak_excess_bytes(max((sum(phase) for phase in phases), default=0.0), transient)
+    # The allocator's fragmentation is a fraction of the backward's peak, where the stacks' figures
+    # were measured (memory.reserve_bytes); the step's excess is whole flat buffers beside it.
+    memory = StageMemory(
+        **allocated, reserve=reserve_bytes(sum(allocated.values()) - allocated["optimizer_step_copy"], policy.fragmentation_fraction)
+    )
     host = host_bytes_per_gpu(held["optimizer_states"], policy.optimizer, policy.offload, policy.nvme_offload, policy.moments_dtype) + in_flight * (
         sum(offloaded) + sum(moved)
     )
@@ -446,5 +544,5 @@ def stage_cost(
     activation_offload = tuple((layer.forward_s, layer.backward_s, bytes_) for (layer, _), bytes_ in zip(layers, moved)) if any(moved) else ()
     return StageCost(
         time, memory, params, largest, in_flight, any(full for _, full in layers), experts, host, sum(offloaded), activation_offload,
-        nvme, step_copy_segment_bytes(copy, allocated["optimizer_step_copy"]),
+        nvme, step_copy_segment_bytes(phases, allocated["optimizer_step_copy"]),
     )

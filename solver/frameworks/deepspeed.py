@@ -284,6 +284,16 @@ def exact_config(plan: PlanToExport) -> Nearest:
     return Nearest(parallel, training, (*out, *muon, *moments, *act_input, *dispatch))
 
 
+def reduce_bucket_elements(stage: int, layer_elements: int, training: TrainingSpec) -> int:
+    """``reduce_bucket_size``: at ZeRO-1/2 the bucket the plan's memory charged where its stack
+    states one (``TrainingSpec.zero_reduce_bucket_params``: ZeRO-1's flattened buckets, ZeRO-2's
+    contiguous buffer); else about one layer's gradients at ZeRO-2/3 and DeepSpeed's default
+    below."""
+    if stage in (ZeroStage.OS, ZeroStage.OS_G) and training.zero_reduce_bucket_params > 0:
+        return training.zero_reduce_bucket_params
+    return layer_elements if stage >= ZeroStage.OS_G else DEFAULT_BUCKET_ELEMENTS
+
+
 def ds_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSpec) -> dict[str, Any]:
     """``ds_config.json``: batch, precision and ZeRO settings. Bucket sizes follow the cost
     model's assumptions: gradients reduced about one layer at a time, and under ZeRO-3 the
@@ -295,7 +305,7 @@ def ds_config(plan: PlanToExport, parallel: ParallelConfig, training: TrainingSp
         "overlap_comm": training.overlap_grad_reduce,
         "contiguous_gradients": True,
         "reduce_scatter": True,
-        "reduce_bucket_size": layer_elements if stage >= ZeroStage.OS_G else DEFAULT_BUCKET_ELEMENTS,
+        "reduce_bucket_size": reduce_bucket_elements(stage, layer_elements, training),
         "allgather_bucket_size": DEFAULT_BUCKET_ELEMENTS,
     }
     if stage == ZeroStage.OS_G_P:

@@ -48,11 +48,13 @@ from solver.cost.stage import (
     expert_state_bytes_per_parameter,
     extras_activation_bytes,
     grad_accumulation_s,
+    largest_tensor_count,
     stage_buffer_bytes,
     state_bytes_per_parameter,
     step_copy_bytes,
     step_peak_excess_bytes,
     working_bytes,
+    zero_bucket_at_peak_bytes,
 )
 from solver.spec.hardware import GpuSpec
 from solver.spec.parallel import ParallelConfig
@@ -277,7 +279,11 @@ def partition_problem(
     # evaluator's.
     all_experts = sum(experts) + sum(layer.expert_parameter_count for layer in extras_all)
     all_params = sum(params) + sum(layer.parameter_count for layer in extras_all)
-    copy_bound = max(step_copy_bytes(all_params, policy, all_experts), step_copy_bytes(all_params, policy))
+    # The step's per-tensor copies (stage.step_phases) of the model's largest tensor.
+    largest_tensor = largest_tensor_count([*profile.transformer_layers, *extras_all])
+    copy_bound = max(
+        step_copy_bytes(all_params, policy, all_experts, largest_tensor), step_copy_bytes(all_params, policy, 0, largest_tensor)
+    )
     least_kept_kib = sum(map(min, kept, checkpoints)) if pp == 1 and copy_bound else 0
 
     def stage_terms(stage: int) -> tuple[int, int, int, int]:
@@ -287,11 +293,15 @@ def partition_problem(
         # The head's peak and the base's working set are alive one after the other
         # (stage.extras_activation_bytes): the head adds what it holds beyond the base's, and a
         # stage that recomputes adds its working set's excess (stage_working below).
-        fixed = gather_buffers + extras_activation_bytes(
+        fixed = gather_buffers + zero_bucket_at_peak_bytes(policy) + extras_activation_bytes(
             in_flight[stage], embedding if first_stage else None, head if last_stage else None, policy.base_recompute,
             base_working_kib * KIB_BYTES,
         )
-        fixed += step_peak_excess_bytes(copy_bound, fixed + (base_working_kib + in_flight[stage] * least_kept_kib) * KIB_BYTES)
+        # The step's excess carries no fragmentation (stage_cost's reserve): it leaves the budget
+        # allocatable_bytes scaled for it as itself.
+        fixed += step_peak_excess_bytes(
+            copy_bound, fixed + (base_working_kib + in_flight[stage] * least_kept_kib) * KIB_BYTES
+        ) / (1.0 + training.allocator_fragmentation_fraction)
         extra_params = sum(layer.parameter_count for layer in extras)
         extra_experts = sum(layer.expert_parameter_count for layer in extras)  # a head's MTP layer has experts
         time_ns = _ns(sum(layer.time_s(policy.base_recompute) for layer in extras) + launch_s + accumulation_s(extra_params))

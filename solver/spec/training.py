@@ -485,6 +485,21 @@ class TrainingSpec:
     # 3f6a2ed844, #4825, 2026-05; --fp8-output-proj), which requires fp8_recipe 'mxfp8'. Its input is
     # quantised forward and the logits' gradient backward, as the linear layers' are.
     fp8_output_proj: bool = False
+    # DeepSpeed's ZeRO-1/2 optimizer (deepspeed/runtime/zero/stage2.py to v0.4, stage_1_and_2.py
+    # v0.5 to v0.9, DeepSpeedZeroOptimizer) reduces the gradients in buckets of up to
+    # ``reduce_bucket_size`` elements (this field; its default 5e8 from v0.3 to v0.9,
+    # zero/constants.py ZERO_OPTIMIZATION_REDUCE_BUCKET_SIZE_DEFAULT). At ZeRO-1, where the engine
+    # turns contiguous gradients off ("meaningless in stage 1", engine.py
+    # ``_configure_zero_optimizer``), each bucket is flattened into a new 16-bit tensor for its
+    # reduction after the last backward (``buffered_reduce_fallback`` -> ``allreduce_bucket``); at
+    # ZeRO-2 the contiguous gradient buffer of that size is allocated at the start of every backward
+    # (``backward``: ``torch.empty(reduce_bucket_size)``) and held through it. 0: no such bucket.
+    zero_reduce_bucket_params: int = 0
+    # Whether the optimizer step checks and measures the gradients one tensor at a time through
+    # copies (DeepSpeed's ZeRO-1/2 optimizer, v0.3.15 to v0.9: ``_has_inf_or_nan`` sums
+    # ``x.float()``, a 4-byte copy of each gradient's partition, and ``get_grad_norm_direct`` takes
+    # the norm of ``g.data.double()``, an 8-byte one; solver.cost.stage.step_phases).
+    zero_step_norm_copies: bool = False
 
     def __post_init__(self) -> None:
         check_positive_int("training.global_batch_size", self.global_batch_size)
@@ -528,7 +543,10 @@ class TrainingSpec:
             )
         if self.fp8_attention and not self.flash_attention:
             raise SpecError("training.fp8_attention", "FP8 attention is a fused attention kernel (cuDNN): it needs training.flash_attention true")
-        for name, most in (("step_grad_copy_bytes_per_param", STEP_GRAD_COPY_BYTES_MAX), ("optimizer_sub_group_params", SUB_GROUP_PARAMS_MAX)):
+        for name, most in (
+            ("step_grad_copy_bytes_per_param", STEP_GRAD_COPY_BYTES_MAX), ("optimizer_sub_group_params", SUB_GROUP_PARAMS_MAX),
+            ("zero_reduce_bucket_params", SUB_GROUP_PARAMS_MAX),
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
                 raise SpecError(f"training.{name}", f"must be a whole number from 0 to {most:g}, got {value!r}")
