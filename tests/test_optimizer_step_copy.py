@@ -374,3 +374,24 @@ def test_a_plan_stored_before_the_copy_was_costed_still_reads(api, database_url)
         assert candidate["memory"]["breakdown_gib"]["optimizer_step_copy"] == 0.0
     # Everything else reads back as it was stored.
     assert _without(stored.json(), "optimizer_step_copy") == _without(created.json(), "optimizer_step_copy")
+
+
+def test_the_api_reports_what_nvidia_smi_shows_beside_the_peak(api):
+    """The evaluation's memory carries the reserved figure: for DeepSpeed's ZeRO-1 under a
+    pipeline (gpt3-13b, tp 2, pp 4, dp 4: the step's buffers are smaller than what backward frees)
+    the peak plus the segments the step's copies take, for a stack without them the peak."""
+    def body(stack: str) -> dict:
+        return {
+            "model": "gpt3-13b", "cluster": "dgx-a100-80gb", "num_gpus": 32,
+            "training": {"global_batch_size": 256, "seq_length": 2048, "precision": "fp16", "stack": stack},
+            "parallel": {"dp_size": 4, "tp_size": 2, "pp_size": 4, "zero_stage": 1, "micro_batch_size": 2, "recompute": "full"},
+        }
+
+    deepspeed = api.post("/v1/evaluations", json=body("megatron-deepspeed-2022"))
+    megatron = api.post("/v1/evaluations", json=body("megatron-lm-2024"))
+    assert deepspeed.status_code == megatron.status_code == 200, (deepspeed.text, megatron.text)
+    ds, mg = deepspeed.json()["memory"], megatron.json()["memory"]
+    assert ds["breakdown_gib"]["optimizer_step_copy"] == 0.0
+    assert ds["reserved_gib"] > ds["peak_gib"] + 1.0  # the step's flat copies in segments of their own
+    assert ds["reserved_gib"] <= ds["capacity_gib"]
+    assert mg["reserved_gib"] == pytest.approx(mg["peak_gib"])

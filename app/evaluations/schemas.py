@@ -387,6 +387,15 @@ class Memory(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     peak_gib: float = Field(description="the largest stage's memory per GPU, GiB")
+    reserved_gib: float | None = Field(
+        None,
+        description=(
+            "the most a GPU holds through PyTorch's caching allocator and the runtime, what nvidia-smi shows: the peak plus the "
+            "segments the buffers made after backward take beside the activations' cached blocks (DeepSpeed's step copies), at "
+            "most the capacity; plans fit on the peak, which the allocator falls back to when memory runs short; GiB; null in "
+            "evaluations stored before it"
+        ),
+    )
     capacity_gib: float = Field(description="the GPU's memory, GiB")
     peak_stage: int = Field(description="the stage with the peak")
     breakdown_gib: MemoryBreakdown = Field(description="the peak stage's memory by kind")

@@ -162,10 +162,19 @@ class Evaluation:
     def peak_bytes(self) -> float:
         return max((s.peak_bytes for s in self.stages), default=0.0)
 
+    @property
+    def reserved_bytes(self) -> float:
+        """The most any stage's GPU holds through the caching allocator and the runtime, the
+        figure nvidia-smi shows: its peak and the segments the buffers after backward take beside
+        it (``StageReport.step_segment_bytes``), no more than the GPU holds (the allocator frees its
+        cached blocks and retries before it fails)."""
+        return max((min(s.peak_bytes + s.step_segment_bytes, self.capacity_bytes) for s in self.stages), default=0.0)
+
     def memory_to_dict(self) -> dict:
         peak = self.stages[self.peak_stage] if self.stages else None
         return {
             "peak_gib": self.peak_bytes / GIB_BYTES,
+            "reserved_gib": self.reserved_bytes / GIB_BYTES,
             "capacity_gib": self.capacity_bytes / GIB_BYTES,
             "peak_stage": self.peak_stage,
             "breakdown_gib": (
