@@ -93,8 +93,9 @@ class StageCost:
     # to the host); empty without it (solver.cost.offload.activation_offload_exposed_s).
     activation_offload: tuple[tuple[float, float, float], ...] = ()
     nvme_bytes: float = 0.0  # NVMe this GPU's offloaded states take (solver.cost.offload)
-    # The optimizer step's gradient copy that the peak leaves to the backward's freed memory
-    # (step_copy_segment_bytes): the caching allocator's reserve holds it beside that peak.
+    # The buffers after backward (step_phases: the reduce's and the step's copies) that the peak
+    # leaves to the backward's freed memory (step_copy_segment_bytes): the caching allocator's
+    # reserve holds them beside that peak.
     step_segment_bytes: float = 0.0
 
 
@@ -434,17 +435,18 @@ def step_copy_segment_bytes(phases: tuple[tuple[float, ...], ...], peak_excess_b
     (``step_peak_excess_bytes``) counts as reusing the backward's freed memory, but that PyTorch's
     caching allocator must reserve in segments of its own while it has room (``new_segment_bytes``).
 
-    The copy is flat: one fp16/bf16 partition and its fp32 cast per parameter group (DeepSpeed's
-    ``single_grad_partition``), each ``copy_bytes``' share of a shard of billions of parameters
-    and so larger than any one activation tensor. The allocator serves a request from a cached
-    block at least as large and never joins blocks of different segments (c10/cuda/
-    CUDACachingAllocator.cpp: blocks split and merge only inside the segment one cudaMalloc made),
-    so the activations' cached blocks cannot hold the copy: it takes new segments, which later
-    micro-batches' activations then split and reuse, and the reserve keeps both. Only where
+    The buffers are flat: a reduce bucket, one gradient tensor's partition, or one fp16/bf16
+    partition and its fp32 cast per parameter group (DeepSpeed's ``single_grad_partition``),
+    hundreds of millions to billions of elements and so larger than any one activation tensor. The
+    allocator serves a request from a cached block at least as large and never joins blocks of
+    different segments (c10/cuda/CUDACachingAllocator.cpp: blocks split and merge only inside the
+    segment one cudaMalloc made), so the activations' cached blocks cannot hold them: they take new
+    segments, which later micro-batches' activations then split and reuse, and the reserve keeps
+    both. Only where
     cudaMalloc fails does the allocator free its cached blocks and retry, so the copy still fits
     wherever the peak does (what plans are checked against), while the reserve a run shows
     (``torch.cuda.max_memory_reserved``, nvidia-smi) is the peak plus these bytes, up to the GPU's
-    capacity."""
+    capacity (``Evaluation.reserved_bytes``)."""
     return new_segment_bytes(phases) - peak_excess_bytes
 
 
