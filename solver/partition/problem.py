@@ -279,8 +279,9 @@ def partition_problem(
     # evaluator's.
     all_experts = sum(experts) + sum(layer.expert_parameter_count for layer in extras_all)
     all_params = sum(params) + sum(layer.parameter_count for layer in extras_all)
-    # The step's per-tensor copies (stage.step_phases) of the model's largest tensor.
-    largest_tensor = largest_tensor_count([*profile.transformer_layers, *extras_all])
+    # The step's per-tensor copies (stage.step_phases) of the model's largest tensor, where the
+    # stack makes them (a walk over every layer: only then).
+    largest_tensor = largest_tensor_count([*profile.transformer_layers, *extras_all]) if training.zero_step_norm_copies else None
     copy_bound = max(
         step_copy_bytes(all_params, policy, all_experts, largest_tensor), step_copy_bytes(all_params, policy, 0, largest_tensor)
     )
