@@ -61,7 +61,7 @@ class MemoryResult:
     other_violations: tuple[str, ...] = ()  # rules other than memory the planner says it breaks
     stage: int = 0  # the pipeline stage compared (measured_stage)
     breakdown_gib: dict[str, float] = field(default_factory=dict)  # that stage's, by MEMORY_KEYS
-    step_segment_gib: float = 0.0  # reserved beside the peak for the optimizer step's copy (reserved figures only)
+    step_segment_gib: float = 0.0  # reserved beside the peak for the buffers after backward (reserved figures only)
     skipped: str = ""  # why the record cannot be expressed
 
     @property
@@ -162,6 +162,10 @@ def measured_stage(evaluation: Evaluation, run: dict) -> int:
     return len(evaluation.stages) - 1 if stage == "last" else int(stage)
 
 
+# The figures that count what the caching allocator reserves, not only what tensors hold.
+RESERVED_MEASURES = ("max_reserved", "nvidia_smi_used")
+
+
 def predicted_measure_bytes(
     memory: dict[str, float], measures: str, step_segment_bytes: float = 0.0, capacity_bytes: float = float("inf")
 ) -> float:
@@ -170,8 +174,8 @@ def predicted_measure_bytes(
     peak reserved bytes add the caching allocator's fragmentation (the reserve's share in
     proportion to what is allocated) but not the CUDA context, cuBLAS workspaces and NCCL
     buffers, which live outside the allocator (RUNTIME_RESERVE_BYTES); NVML's used memory is
-    everything on the device. Both reserved figures also hold the segments the optimizer step's
-    gradient copy took beside the activations' cached blocks (``step_segment_bytes``,
+    everything on the device. Both reserved figures (RESERVED_MEASURES) also hold the segments the
+    buffers after backward took beside the activations' cached blocks (``step_segment_bytes``,
     solver.cost.stage.step_copy_segment_bytes), up to what the GPU holds."""
     allocated = sum(value for key, value in memory.items() if key != "reserve")
     if measures in ("max_allocated", "max_active"):
@@ -279,8 +283,8 @@ def report_lines(results: list[MemoryResult]) -> list[str]:
         if r.error is None:
             continue
         parts = " ".join(f"{r.breakdown_gib.get(key, 0.0):6.1f}" for key in BREAKDOWN_COLUMNS)
-        # The step copy's own segments count only in the reserved figures.
-        segment = r.step_segment_gib if r.measures in ("max_reserved", "nvidia_smi_used") else 0.0
+        # The segments of the buffers after backward count only in the reserved figures.
+        segment = r.step_segment_gib if r.measures in RESERVED_MEASURES else 0.0
         lines.append(
             f"{r.record_id:{width}s} {r.measures:15s} {r.measured_gib:8.2f} {r.predicted_gib:9.2f} {r.error:+7.1%} "
             f"{'yes' if r.fits else 'NO':>4s}  {parts} {segment:6.1f}"

@@ -91,7 +91,7 @@ class StageReport:
     in_flight_micro_batches: float
     memory_bytes: StageMemory
     parameter_count: int
-    # The optimizer step's copy the caching allocator reserves beside the peak
+    # The buffers after backward the caching allocator reserves beside the peak
     # (solver.cost.stage.step_copy_segment_bytes); not part of the peak plans are checked against.
     step_segment_bytes: float = 0.0
 

@@ -380,12 +380,17 @@ def step_phases(
     return tuple(phases)
 
 
+def most_held_bytes(phases: tuple[tuple[float, ...], ...]) -> float:
+    """The most ``phases`` (``step_phases``) hold at one moment: what the peak compares with the
+    backward's transient memory."""
+    return max((sum(phase) for phase in phases), default=0.0)
+
+
 def step_copy_bytes(
     parameter_count: float, policy: StagePolicy, expert_parameter_count: float = 0, largest_tensor_count: float | None = None,
 ) -> float:
-    """The most the buffers after backward hold at one moment (``step_phases``): what the peak
-    compares with the backward's transient memory."""
-    return max((sum(phase) for phase in step_phases(parameter_count, policy, expert_parameter_count, largest_tensor_count)), default=0.0)
+    """``most_held_bytes`` of the stage's buffers after backward (``step_phases``)."""
+    return most_held_bytes(step_phases(parameter_count, policy, expert_parameter_count, largest_tensor_count))
 
 
 def zero_bucket_at_peak_bytes(policy: StagePolicy) -> float:
@@ -442,9 +447,8 @@ def step_copy_segment_bytes(phases: tuple[tuple[float, ...], ...], peak_excess_b
     different segments (c10/cuda/CUDACachingAllocator.cpp: blocks split and merge only inside the
     segment one cudaMalloc made), so the activations' cached blocks cannot hold them: they take new
     segments, which later micro-batches' activations then split and reuse, and the reserve keeps
-    both. Only where
-    cudaMalloc fails does the allocator free its cached blocks and retry, so the copy still fits
-    wherever the peak does (what plans are checked against), while the reserve a run shows
+    both. Only where cudaMalloc fails does the allocator free its cached blocks and retry, so the
+    buffers still fit wherever the peak does (what plans are checked against), while the reserve a run shows
     (``torch.cuda.max_memory_reserved``, nvidia-smi) is the peak plus these bytes, up to the GPU's
     capacity (``Evaluation.reserved_bytes``)."""
     return new_segment_bytes(phases) - peak_excess_bytes
@@ -522,18 +526,19 @@ def stage_cost(
     moved = [layer.kept_bytes(base) if i < policy.activation_offload_layers else 0 for i, (layer, _) in enumerate(layers)]
     kept -= sum(moved)
     working = max(working_per_run, default=0)
+    bucket = zero_bucket_at_peak_bytes(policy)
     allocated = dict(
         weights=states["weights"],
-        gradients=states["gradients"] + zero_bucket_at_peak_bytes(policy),
+        gradients=states["gradients"] + bucket,
         optimizer_states=states["optimizer_states"],
         activations=activation_bytes(in_flight, kept, working) + checkpoint_buffer_bytes(max(offloaded, default=0), policy.offload),
         embedding_and_logits=extras_activation_bytes(in_flight, embedding, head, base, working),
         zero3_gather_buffers=stage_buffer_bytes(largest, params, policy),
     )
     # ZeRO-2's bucket (in the gradients) is freed with the activations before the step.
-    transient = allocated["activations"] + allocated["embedding_and_logits"] + allocated["zero3_gather_buffers"] + zero_bucket_at_peak_bytes(policy)
+    transient = allocated["activations"] + allocated["embedding_and_logits"] + allocated["zero3_gather_buffers"] + bucket
     phases = step_phases(params, policy, experts, largest_tensor_count(layer for layer, _, _ in runs))
-    allocated["optimizer_step_copy"] = step_peak_excess_bytes(max((sum(phase) for phase in phases), default=0.0), transient)
+    allocated["optimizer_step_copy"] = step_peak_excess_bytes(most_held_bytes(phases), transient)
     # The allocator's fragmentation is a fraction of the backward's peak, where the stacks' figures
     # were measured (memory.reserve_bytes); the step's excess is whole flat buffers beside it.
     memory = StageMemory(
