@@ -76,19 +76,23 @@ def test_only_the_steps_between_domains_pay_the_network_latency():
     the network's latency, the others the intra-node hop's; reduce-scatter and all-gather take
     nRanks - 1 steps with nNodes - 1 crossings. A ring of one member per node crosses on every
     step."""
-    from solver.cost.comm import reduce_scatter_s
+    from solver.cost.comm import reduce_scatter_s, ring_all_reduce_s
 
     cluster = node_cluster("dgx-a100-80gb", 64)
     intra, inter = intra_node_link(cluster).latency_s, inter_node_link(cluster).latency_s
     assert inter > intra > 0
     tp16 = tp_link(cluster, 16)  # two whole nodes
-    assert all_reduce_s(0.0, 16, tp16) == pytest.approx(28 * intra + 2 * inter)
+    assert ring_all_reduce_s(0.0, 16, tp16) == pytest.approx(28 * intra + 2 * inter)
     assert reduce_scatter_s(0.0, 16, tp16) == pytest.approx(14 * intra + 1 * inter)
     tp32 = tp_link(cluster, 32)  # four whole nodes
-    assert all_reduce_s(0.0, 32, tp32) == pytest.approx(56 * intra + 6 * inter)
+    assert ring_all_reduce_s(0.0, 32, tp32) == pytest.approx(56 * intra + 6 * inter)
     one_per_node = group_link(cluster, 1, 8)
-    assert all_reduce_s(0.0, 8, one_per_node) == pytest.approx(14 * inter)
+    assert ring_all_reduce_s(0.0, 8, one_per_node) == pytest.approx(14 * inter)
     assert all_reduce_s(0.0, 8, tp_link(cluster, 8)) == pytest.approx(14 * intra)  # inside one node
+    # With no bytes to move NCCL's tree beats the ring across nodes (tests/test_comm_tree.py): a
+    # chain of 7 NVLink hops and log2(2) = 1 network hop each way, 2 x 4 hops up and down for 4 nodes.
+    assert all_reduce_s(0.0, 16, tp16) == pytest.approx(14 * intra + 2 * inter)
+    assert all_reduce_s(0.0, 32, tp32) == pytest.approx(14 * intra + 4 * inter)
     # A data-parallel ring of 16 ranks, 8 per node, counts its steps the same way (one NIC's
     # bandwidth per GPU, data_parallel_collective_s); 8 nodes of one member each cross on every step.
     message = 1e9

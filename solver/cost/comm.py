@@ -13,6 +13,7 @@ together (data parallel with context parallel, dp x cp of them) are tp apart as 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from solver.spec.hardware import ClusterSpec
@@ -58,12 +59,50 @@ def inter_node_link(cluster: ClusterSpec) -> Link:
     return Link(cluster.inter_node_bytes_per_s * cluster.inter_node_bus_efficiency, cluster.inter_node_latency_s)
 
 
-def all_reduce_s(message_bytes: float, ranks: int, link: Link) -> float:
-    """Ring all-reduce of ``message_bytes`` (each rank's full buffer)."""
+# NCCL's tuning model (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel) costs a tree all-reduce
+# at 0.92 of the bus bandwidth the ring gets over the same channels ("busBw * .92" for
+# NCCL_ALGO_TREE and ncclFuncAllReduce), and converts it to algorithm bandwidth at half of it
+# (ratio .5: each byte goes up the tree reduced and comes back down broadcast, pipelined).
+TREE_BUS_BANDWIDTH_FRACTION = 0.92
+
+
+def tree_all_reduce_s(message_bytes: float, ranks: int, link: Link, domains: int) -> float:
+    """NCCL's tree all-reduce of ``message_bytes`` over ``ranks`` ranks spread evenly over
+    ``domains`` NVLink domains (nodes), as NCCL's tuning model costs it (src/graph/tuning.cc,
+    ncclTopoTuneModel; the double binary trees of NCCL 2.4): its bytes at half of 0.92 x the ring's
+    bus bandwidth (``link.bytes_per_s``), and 2 ((ranks per domain - 1) intra-domain hops +
+    floor(log2 domains) network hops) of latency, where a ring pays 2 (domains - 1) network hops.
+    So the tree wins on small buffers over many nodes, the ring on large ones."""
+    if ranks <= 1 or domains <= 1:
+        return ring_all_reduce_s(message_bytes, ranks, link)
+    per_domain = max(1, ranks // domains)
+    intra_latency_s = link.intra_latency_s if link.domains > 1 else link.latency_s
+    latency_s = 2 * ((per_domain - 1) * intra_latency_s + math.floor(math.log2(domains)) * link.latency_s)
+    return message_bytes / (0.5 * TREE_BUS_BANDWIDTH_FRACTION * link.bytes_per_s) + latency_s
+
+
+def ring_all_reduce_s(message_bytes: float, ranks: int, link: Link) -> float:
+    """Ring all-reduce of ``message_bytes`` (each rank's full buffer): 2 (n - 1)/n of it per rank
+    over 2 (n - 1) steps (see the module docstring)."""
     if ranks <= 1:
         return 0.0
     latency_s = _ring_latency_s(link, 2 * (ranks - 1), 2 * (link.domains - 1))
     return 2 * (ranks - 1) / ranks * message_bytes / link.bytes_per_s + latency_s
+
+
+def all_reduce_s(message_bytes: float, ranks: int, link: Link, domains: int | None = None) -> float:
+    """All-reduce of ``message_bytes`` (each rank's full buffer) over ``ranks`` ranks in
+    ``domains`` NVLink domains (default ``link.domains``; pass it where the group has one member
+    per domain, whose link does not record it). Inside one domain a ring; across domains NCCL picks
+    the faster of its ring and tree by the same model (``tree_all_reduce_s``), so the tree's
+    logarithmic latency takes over for small buffers on many nodes."""
+    if ranks <= 1:
+        return 0.0
+    spanned = link.domains if domains is None else domains
+    ring_s = ring_all_reduce_s(message_bytes, ranks, link)
+    if spanned <= 1:
+        return ring_s
+    return min(ring_s, tree_all_reduce_s(message_bytes, ranks, link, spanned))
 
 
 def reduce_scatter_s(message_bytes: float, ranks: int, link: Link, collectives: float = 1) -> float:
@@ -253,7 +292,7 @@ def data_parallel_collective_s(
     per_domain, domains = dp_group_layout(cluster, tp_size, dp_size, cp_size)
     link = intra_node_link(cluster) if domains == 1 else _ring_link(cluster, inter_node_link(cluster).bytes_per_s, per_domain, domains)
     if kind == "all_reduce":
-        return all_reduce_s(message_bytes, ranks, link)
+        return all_reduce_s(message_bytes, ranks, link, domains)
     if kind in ("reduce_scatter", "all_gather"):
         return reduce_scatter_s(message_bytes, ranks, link, collectives)
     raise ValueError(f"unknown collective {kind!r}")
