@@ -113,3 +113,20 @@ def test_point_to_point_and_all_to_all_do_not_aggregate_nics():
     assert all_to_all_s(cluster, message, 16, 1) == pytest.approx(expected_off_node_s)
     assert span_link(cluster, 16) == inter and cp_link(cluster, 8, 2) == inter
     assert tp_link(cluster, 16).bytes_per_s == pytest.approx(8 * inter.bytes_per_s)
+
+
+def test_a_data_parallel_ring_on_jean_zay_gets_one_nic_share_per_gpu():
+    """BigScience measured NCCL's all-reduce on BLOOM's own cluster (bigscience-workshop/bigscience
+    at 59a90eec, experiments/bandwidth/all_reduce_bench-a100-n4.txt, January 2022: Jean Zay
+    gpu_p5, 4 nodes of 8 A100 80GB with 4 Omni-Path HFIs each, NCCL 2.10.3): a 4 GB fp32 buffer
+    over 32 ranks in 1.531 s, a bus bandwidth of 40.5 Gb/s = 5.07 GB/s. That is each GPU's share
+    of its node's four 100 Gb/s links at the ring's bus efficiency (6.25 x 0.8 = 5.0 GB/s), the
+    bound ``data_parallel_collective_s`` uses, not the 8 NICs' worth a ring with 8 members per
+    node could reach where NCCL spreads its channels over every NIC (nccl-tests#119 on HDR
+    InfiniBand; the multi-NIC lead of docs/wip/README.md)."""
+    cluster = dataclasses.replace(node_cluster("dgx-a100-80gb", 32), inter_node_bytes_per_s=6.25 * GB)
+    message = 500_000 * 2_000 * 4  # all_reduce_bench.py: N x M fp32 elements
+    predicted_s = data_parallel_collective_s(cluster, 1, 32, message, "all_reduce")
+    assert predicted_s == pytest.approx(1.5312, rel=0.03)
+    bus_gbytes_per_s = message * 2 * 31 / 32 / predicted_s / GB
+    assert bus_gbytes_per_s == pytest.approx(40.5 / 8, rel=0.03)
