@@ -33,7 +33,7 @@ import catalog  # noqa: E402
 from catalog.conversion import STACK_FACTS  # noqa: E402
 from solver.cost.evaluate import evaluate
 from solver.cost.memory import RUNTIME_RESERVE_BYTES
-from solver.cost.result import GIB_BYTES, MEMORY_KEYS, Evaluation
+from solver.cost.result import GIB_BYTES, MEMORY_KEYS, Evaluation, device_held_bytes
 from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
 from solver.spec.model import ModelSpec
@@ -180,7 +180,7 @@ def predicted_measure_bytes(
     allocated = sum(value for key, value in memory.items() if key != "reserve")
     if measures in ("max_allocated", "max_active"):
         return allocated
-    held = min(allocated + memory["reserve"] + step_segment_bytes, capacity_bytes)
+    held = device_held_bytes(allocated + memory["reserve"], step_segment_bytes, capacity_bytes)
     if measures == "max_reserved":
         return held - RUNTIME_RESERVE_BYTES
     return held

@@ -78,6 +78,14 @@ BREAKDOWN_KEYS = tuple(f.name for f in fields(StepBreakdown))
 MEMORY_KEYS = tuple(f.name for f in fields(StageMemory))
 
 
+def device_held_bytes(peak_bytes: float, segment_bytes: float, capacity_bytes: float) -> float:
+    """What a GPU holds at most through the caching allocator and the runtime: a stage's peak and
+    the segments its buffers after backward take beside it (``StageReport.step_segment_bytes``),
+    never more than the GPU has (the allocator frees its cached blocks and retries before it
+    fails). The figure nvidia-smi shows; less the runtime reserve, PyTorch's max reserved."""
+    return min(peak_bytes + segment_bytes, capacity_bytes)
+
+
 @dataclass(frozen=True)
 class StageReport:
     """One pipeline stage (one GPU of it; all chunks of that GPU when interleaved)."""
@@ -168,7 +176,7 @@ class Evaluation:
         figure nvidia-smi shows: its peak and the segments the buffers after backward take beside
         it (``StageReport.step_segment_bytes``), no more than the GPU holds (the allocator frees its
         cached blocks and retries before it fails)."""
-        return max((min(s.peak_bytes + s.step_segment_bytes, self.capacity_bytes) for s in self.stages), default=0.0)
+        return max((device_held_bytes(s.peak_bytes, s.step_segment_bytes, self.capacity_bytes) for s in self.stages), default=0.0)
 
     def memory_to_dict(self) -> dict:
         peak = self.stages[self.peak_stage] if self.stages else None
