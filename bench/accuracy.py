@@ -128,6 +128,13 @@ def load_mbridge2608_records() -> list[dict]:
     return _load_runs("published_runs_mbridge2608.json")
 
 
+def load_bigscience_records() -> list[dict]:
+    """BigScience's 2021 runs of one 52B GPT on Jean Zay's V100 nodes, on Megatron-LM's own pipeline
+    schedule and on DeepSpeed's pipeline engine, measured the same day; the held-out family
+    bigscience-v100."""
+    return _load_runs("published_runs_bigscience.json")
+
+
 def load_inputs() -> dict:
     return json.loads((DATA / "run_inputs.json").read_text())
 
@@ -459,10 +466,10 @@ def evaluate_all() -> list[RunResult]:
 def bench_records() -> list[dict]:
     """Every record of the grown bench: the published runs, the Blackwell runs, the H100 runs of
     the same summary, the MoE runs, AWS's MoE runs, torchtitan's FSDP runs, Megatron-Bridge 26.08's MoE
-    runs, then vTrain's public rows."""
+    runs, BigScience's 2021 V100 pipeline runs, then vTrain's public rows."""
     return (
         load_records() + load_blackwell_records() + load_h100_records() + load_moe_records() + load_aws_records()
-        + load_torchtitan_records() + load_mbridge2608_records() + vtrain.load_records()
+        + load_torchtitan_records() + load_mbridge2608_records() + load_bigscience_records() + vtrain.load_records()
     )
 
 
