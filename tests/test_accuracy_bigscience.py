@@ -98,7 +98,7 @@ def test_the_family_stands_in_the_bench_table(results):
     """Read when the family was added (2026-11-24): Megatron +15.7%, DeepSpeed +25.8% and +30.3%.
     The model costs both engines alike here (no launch blocking, so the DeepSpeed stack's host
     time per layer hides under the GPU's), while DeepSpeed's engine measures 8.7% slower on the
-    same job; and the step beyond the compute (about 65 ms per pipeline slot on Megatron's own
+    same job; and the step beyond the compute (about 63 ms per pipeline slot on Megatron's own
     schedule, docs/wip/README.md) is not costed."""
     (row,) = [row for row in family_table(list(results.values())) if row.family == "bigscience-v100"]
     assert row.count == 3
