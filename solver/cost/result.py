@@ -172,10 +172,7 @@ class Evaluation:
 
     @property
     def reserved_bytes(self) -> float:
-        """The most any stage's GPU holds through the caching allocator and the runtime, the
-        figure nvidia-smi shows: its peak and the segments the buffers after backward take beside
-        it (``StageReport.step_segment_bytes``), no more than the GPU holds (the allocator frees its
-        cached blocks and retries before it fails)."""
+        """The largest ``device_held_bytes`` over the stages: the figure nvidia-smi shows."""
         return max((device_held_bytes(s.peak_bytes, s.step_segment_bytes, self.capacity_bytes) for s in self.stages), default=0.0)
 
     def memory_to_dict(self) -> dict:
