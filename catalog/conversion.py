@@ -133,6 +133,8 @@ def cluster_spec_on_gpu(data: dict[str, Any], gpu: GpuSpec) -> ClusterSpec:
             inter_node_bytes_per_s=float(data["inter_node_gbytes_per_s"]) * GB_BYTES,
             # GPUs one NVLink fabric joins; absent: the node (ClusterSpec's default).
             nvlink_domain_gpus=data.get("nvlink_domain_gpus"),
+            # Data-parallel rings over every NIC of a domain, where measured; absent: one share.
+            ring_nic_aggregation=False if data.get("ring_nic_aggregation") is None else data["ring_nic_aggregation"],
             **optional,  # type: ignore[arg-type]  # latencies and bus efficiencies, floats
         )
     except KeyError as missing:

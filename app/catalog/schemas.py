@@ -69,6 +69,11 @@ NVLINK_DOMAIN = (
     "GPUs per NVLink domain, whose links intra_node_* describe (72 for a GB200 NVL72 rack of 4-GPU"
     " trays); default gpus_per_node; one of the two divides the other"
 )
+RING_NIC_AGGREGATION = (
+    "whether a data-parallel or ZeRO ring with k members per NVLink domain crosses the network on k"
+    " NICs at once (NCCL's channels each on their own NIC, as nccl-tests measures on the node type)"
+    " instead of on one GPU's share; default false"
+)
 
 # Host facts offload is costed with (solver.cost.offload); a cluster without them cannot offload.
 HOST_MEMORY = "host (CPU) memory per node, GiB; with pcie_gbytes_per_s and host_memory_gbytes_per_s, what offload needs"
@@ -203,6 +208,7 @@ class ClusterSpecIn(BaseModel):
     inter_node_bus_efficiency: Efficiency | None = None
     gpu_hour_price_usd: PriceUsd | None = None
     nvlink_domain_gpus: Size | None = Field(None, description=NVLINK_DOMAIN)
+    ring_nic_aggregation: Flag | None = Field(None, description=RING_NIC_AGGREGATION)
     host_memory_gib: HostMemoryGib | None = Field(None, description=HOST_MEMORY)
     pcie_gbytes_per_s: LinkGbytesPerS | None = Field(None, description=PCIE)
     host_memory_gbytes_per_s: LinkGbytesPerS | None = Field(None, description=HOST_MEMORY_BANDWIDTH)
@@ -399,6 +405,7 @@ class StoredClusterSpec(BaseModel):
     inter_node_bus_efficiency: float | None | MISSING = Field(MISSING, description=BUS_EFFICIENCY)
     gpu_hour_price_usd: float | None | MISSING = Field(MISSING, description=PRICE)
     nvlink_domain_gpus: int | None | MISSING = Field(MISSING, description=NVLINK_DOMAIN)
+    ring_nic_aggregation: bool | None | MISSING = Field(MISSING, description=RING_NIC_AGGREGATION)
     host_memory_gib: float | None | MISSING = Field(MISSING, description=HOST_MEMORY)
     pcie_gbytes_per_s: float | None | MISSING = Field(MISSING, description=PCIE)
     host_memory_gbytes_per_s: float | None | MISSING = Field(MISSING, description=HOST_MEMORY_BANDWIDTH)

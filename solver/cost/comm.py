@@ -148,9 +148,11 @@ def group_link(cluster: ClusterSpec, members_per_domain: int, domains: int) -> L
     with 4 HDR NICs each (100 GB/s of NICs per node), where one NIC's share would be 12.5 GB/s.
 
     Used for groups of whole domains (``tp_link``: a TP group larger than a domain), the shape
-    nccl-tests measures. Data-parallel rings still take one NIC's share per GPU
-    (``data_parallel_collective_s``): for them the bench's evidence is split (llm-foundry's FSDP
-    runs over RoCE moved about one NIC's worth per GPU), see docs/wip/README.md."""
+    nccl-tests measures, and for data-parallel rings on clusters whose node type is measured to
+    aggregate its NICs (``ClusterSpec.ring_nic_aggregation``). Elsewhere a data-parallel ring
+    takes one NIC's share per GPU (``data_parallel_collective_s``): there the bench's evidence is
+    split (llm-foundry's FSDP runs over RoCE moved about one NIC's worth per GPU, BigScience
+    measured one share on Jean Zay's Omni-Path), see docs/wip/README.md."""
     intra = intra_node_link(cluster)
     if domains <= 1:
         return intra
@@ -283,14 +285,26 @@ def data_parallel_collective_s(
     bound, and it is what measured ZeRO-3 scaling shows: Narayanan et al. 2021 Table 2 gets
     144, 88 and 44 TFLOP/s per GPU on 384, 768 and 1536 A100s at a fixed batch, a step time that
     stays near 69 s once parameter gathers dominate, i.e. about 20 GB/s per GPU for 4 x 2*Psi
-    bytes. Of the ring's steps only those between nodes pay the network's latency (``Link.domains``,
-    NCCL's tuning model). ``kind`` is 'all_reduce', 'reduce_scatter' or 'all_gather'.
+    bytes; BigScience measured the same one-share ring with NCCL 2.10.3 on Jean Zay's A100 nodes
+    (40.5 Gb/s of bus bandwidth, tests/test_comm_multi_nic.py).
+
+    Where the cluster's node type is measured to aggregate (``ClusterSpec.ring_nic_aggregation``),
+    a group with k members per domain crosses on k NICs at once instead (``group_link``: NCCL
+    binds each channel to its own NIC), as nccl-tests' all_reduce_perf measures over EFA on AWS's
+    p5 and p6 instances (catalog/data/nodes.json; tests/test_comm_nic_aggregation.py). Of the
+    ring's steps only those between nodes pay the network's latency (``Link.domains``, NCCL's
+    tuning model). ``kind`` is 'all_reduce', 'reduce_scatter' or 'all_gather'.
     """
     ranks = dp_size * cp_size
     if ranks <= 1 or message_bytes <= 0:
         return 0.0
     per_domain, domains = dp_group_layout(cluster, tp_size, dp_size, cp_size)
-    link = intra_node_link(cluster) if domains == 1 else _ring_link(cluster, inter_node_link(cluster).bytes_per_s, per_domain, domains)
+    if domains == 1:
+        link = intra_node_link(cluster)
+    elif cluster.ring_nic_aggregation:
+        link = group_link(cluster, per_domain, domains)
+    else:
+        link = _ring_link(cluster, inter_node_link(cluster).bytes_per_s, per_domain, domains)
     if kind == "all_reduce":
         return all_reduce_s(message_bytes, ranks, link, domains)
     if kind in ("reduce_scatter", "all_gather"):

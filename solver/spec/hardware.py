@@ -181,6 +181,12 @@ class ClusterSpec:
     gpu_hour_price_usd: float | None = None
     extra: dict = field(default_factory=dict, compare=False, hash=False)
     nvlink_domain_gpus: int | None = None  # None: gpus_per_node; set to it after construction
+    # Whether a data-parallel (or ZeRO) ring with k members in each NVLink domain crosses the
+    # network on k NICs at once (NCCL binds each channel to its own NIC) or on one GPU's share of
+    # them: a measured fact of the node type and its network stack, not a rule for every cluster
+    # (solver.cost.comm.data_parallel_collective_s has the measurements either way). False keeps
+    # the one-share ring.
+    ring_nic_aggregation: bool = False
     # Host facts for offload (solver.cost.offload), None where unknown: a cluster without them
     # cannot offload (Rule.OFFLOAD_NEEDS_HOST), and nothing else reads them.
     host_memory_bytes: float | None = None  # host (CPU) memory per node
@@ -203,6 +209,8 @@ class ClusterSpec:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SpecError(f"cluster.{name}", f"must be a positive integer, got {value!r}")
+        if not isinstance(self.ring_nic_aggregation, bool):
+            raise SpecError("cluster.ring_nic_aggregation", f"must be true or false, got {self.ring_nic_aggregation!r}")
         domain, node = self.domain_gpus, self.gpus_per_node
         if domain % node and node % domain:
             raise SpecError(
