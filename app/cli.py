@@ -424,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(action_with_input=_command_evaluate)
 
     catalog = commands.add_parser("catalog", help="list or show catalog entries")
-    catalog.add_argument("kind", choices=["gpus", "models", "clusters", "stacks"])
+    catalog.add_argument("kind", choices=["gpus", "models", "clusters", "nodes", "stacks"])
     catalog.add_argument("name", nargs="?", help="show this entry (default: list all)")
     catalog.add_argument("--db", action="store_true", help="include custom entries from DATABASE_URL")
     catalog.set_defaults(action=_command_catalog)

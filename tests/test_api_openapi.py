@@ -20,6 +20,7 @@ ALLOWED_MAPS = {
     ("GpuEntry", "sources"): "field name -> citation; which fields carry one varies by entry",
     ("StoredClusterSpec", "link_sources"): "link figure -> citation; which figures carry one varies by node",
     ("ClusterEntry", "link_sources"): "link figure -> citation; which figures carry one varies by node",
+    ("NodeEntry", "sources"): "field name -> citation; which fields carry one varies by node type",
     ("ProfileDocumentOut", "measurement"): "free-form settings of a measurement (the format allows any scalars)",
 }
 SCALAR_TYPES = {"string", "integer", "number", "boolean"}

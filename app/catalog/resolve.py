@@ -16,8 +16,8 @@ from solver.spec.errors import SpecError
 from solver.spec.hardware import ClusterSpec
 from solver.spec.model import ModelSpec
 
-Kind = Literal["gpus", "models", "clusters"]
-SINGULAR = {"gpus": "GPU", "models": "model", "clusters": "cluster"}
+Kind = Literal["gpus", "models", "clusters", "nodes"]
+SINGULAR = {"gpus": "GPU", "models": "model", "clusters": "cluster", "nodes": "node type"}
 
 
 class CustomEntries(Protocol):
@@ -70,7 +70,9 @@ class Resolved:
 def _named_entry(custom: CustomEntries, kind: Kind, name: str, field_path: str) -> tuple[dict[str, Any], str]:
     entry = find_entry(custom, kind, name)
     if entry is None:
-        suggestions = catalog.close_names(name, all_names(custom, kind))
+        # A cluster may be named by a node type too (``_cluster_entry``), so those are suggested.
+        known = all_names(custom, kind) + (builtin_names("nodes") if kind == "clusters" else [])
+        suggestions = catalog.close_names(name, known)
         hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
         raise invalid_field(field_path, f"unknown {SINGULAR[kind]} {name!r}{hint}", suggestions)
     entry.pop("created_at", None)  # the snapshot is the spec; when it was added is not part of it

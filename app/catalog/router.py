@@ -1,4 +1,4 @@
-"""/v1/catalog: built-in GPUs, models, clusters and software stacks; custom models and clusters."""
+"""/v1/catalog: built-in GPUs, models, clusters, node types and software stacks; custom models and clusters."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from app.catalog.schemas import (
     ModelEntry,
     ModelList,
     ModelSpecIn,
+    NodeEntry,
+    NodeList,
     StackEntry,
     StackList,
 )
@@ -111,6 +113,17 @@ def delete_cluster(name: str, session: SessionDep, access: WriteAccess) -> Respo
     service.delete_custom(session, "clusters", name, access)
     session.commit()
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get("/nodes", operation_id="list_nodes", response_model=NodeList)
+def list_nodes(session: SessionDep, _access: ReadAccess) -> dict:
+    """The node types a request may name as its cluster with a GPU count."""
+    return {"items": service.list_entries(session, "nodes")}
+
+
+@router.get("/nodes/{name}", operation_id="get_node", response_model=NodeEntry)
+def get_node(name: str, session: SessionDep, _access: ReadAccess) -> dict:
+    return service.get_entry(session, "nodes", name)
 
 
 @router.get("/stacks", operation_id="list_stacks", response_model=StackList)

@@ -450,6 +450,41 @@ class ClusterList(BaseModel):
     items: list[ClusterEntry]
 
 
+class NodeEntry(BaseModel):
+    """A built-in node type: one host's GPUs and links, with their sources. A request names it as
+    its ``cluster`` with a ``num_gpus`` (``"cluster": "p5.48xlarge", "num_gpus": 64``) and plans on
+    as many nodes (whole NVLink domains where one spans hosts) as that needs."""
+
+    model_config = ConfigDict(defer_build=True, extra="forbid")
+
+    name: str
+    display_name: str
+    gpu: str = Field(description="the catalog GPU it holds")
+    gpus_per_node: int = Field(description="GPUs per host (server, compute tray)")
+    nvlink_domain_gpus: int | MISSING = Field(MISSING, description=NVLINK_DOMAIN)
+    intra_node_gbytes_per_s: float = Field(description="per GPU, one direction, decimal GB/s")
+    inter_node_gbytes_per_s: float = Field(description="per GPU, one direction, decimal GB/s")
+    intra_node_latency_us: float = Field(description=LATENCY_US)
+    inter_node_latency_us: float = Field(description=LATENCY_US)
+    intra_node_bus_efficiency: float = Field(description=BUS_EFFICIENCY)
+    inter_node_bus_efficiency: float = Field(description=BUS_EFFICIENCY)
+    ring_nic_aggregation: bool | MISSING = Field(MISSING, description=RING_NIC_AGGREGATION)
+    host_memory_gib: float | MISSING = Field(MISSING, description=HOST_MEMORY)
+    pcie_gbytes_per_s: float | MISSING = Field(MISSING, description=PCIE)
+    host_memory_gbytes_per_s: float | MISSING = Field(MISSING, description=HOST_MEMORY_BANDWIDTH)
+    nvme_gbytes: float | MISSING = Field(MISSING, description=NVME_CAPACITY)
+    nvme_read_gbytes_per_s: float | MISSING = Field(MISSING, description=NVME_READ)
+    nvme_write_gbytes_per_s: float | MISSING = Field(MISSING, description=NVME_WRITE)
+    sources: dict[str, str] = Field(description=SOURCES_DESCRIPTION)
+    builtin: bool
+
+
+class NodeList(BaseModel):
+    model_config = ConfigDict(defer_build=True, extra="forbid")
+
+    items: list[NodeEntry]
+
+
 class StackFacts(BaseModel):
     """The training facts a software stack sets (each a request may override)."""
 
