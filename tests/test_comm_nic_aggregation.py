@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from catalog import cluster_spec_from_dict, get_entry, get_model, node_cluster_entry
+from catalog import cluster_spec_from_dict, get_cluster, get_entry, get_model, node_cluster_entry
 from conftest import assert_problem, error_fields, node_cluster, unique_name
 from solver.cost.comm import all_reduce_s, data_parallel_collective_s, group_link, inter_node_link, intra_node_link
 from solver.cost.evaluate import evaluate
@@ -159,3 +159,10 @@ def test_a_plan_on_an_aws_node_type_and_a_custom_cluster_keep_the_fact(api):
     assert api.get(f"/v1/catalog/clusters/{name}").json()["ring_nic_aggregation"] is True
     plain = api.get("/v1/catalog/clusters/dgx-h100-x8").json()
     assert plain.get("ring_nic_aggregation") in (None, False)
+
+
+def test_the_catalogs_p5_clusters_carry_the_fact_and_the_instance_price():
+    for name, nodes in (("p5.48xlarge-x8", 8), ("p5.48xlarge-x128", 128)):
+        cluster = get_cluster(name)
+        assert (cluster.num_nodes, cluster.gpus_per_node, cluster.ring_nic_aggregation) == (nodes, 8, True)
+        assert cluster.gpu_hour_price_usd == pytest.approx(98.32 / 8, abs=0.01)
