@@ -81,7 +81,7 @@ def _named_entry(custom: CustomEntries, kind: Kind, name: str, field_path: str) 
 
 def _cluster_entry(custom: CustomEntries, name: str, num_gpus: int | None) -> tuple[dict[str, Any], str]:
     """A named cluster (built in, then custom), else a node type sized to ``num_gpus``."""
-    if find_entry(custom, "clusters", name) is None and name in {n["name"] for n in catalog.list_entries("nodes")}:
+    if find_entry(custom, "clusters", name) is None and name in builtin_names("nodes"):
         return catalog.node_cluster_entry(name, num_gpus), "builtin"
     return _named_entry(custom, "clusters", name, "body.cluster")
 

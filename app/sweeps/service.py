@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 import catalog
+from app.catalog.resolve import builtin_names
 from app.catalog.service import find_entry, resolve
 from app.core.config import Settings
 from app.core.db import utc_now
@@ -79,7 +80,7 @@ def point_count(body: schemas.SweepRequest) -> int:
 
 
 def _node_names() -> set[str]:
-    return {entry["name"] for entry in catalog.list_entries("nodes")}
+    return set(builtin_names("nodes"))
 
 
 def catalog_price(session: Session, name: str) -> tuple[float | None, str, bool]:
