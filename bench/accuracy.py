@@ -202,6 +202,10 @@ def _cluster_for(record: dict, settings: dict):
     spec = {**node, "num_nodes": max(1, math.ceil(gpus / unit)) * unit // node["gpus_per_node"]}
     if settings.get("inter_node_gbytes_per_s"):
         spec["inter_node_gbytes_per_s"] = settings["inter_node_gbytes_per_s"]
+    if "ring_nic_aggregation" in settings:
+        # A cluster that is not a catalog node type states its own NIC fact, with its source, as
+        # it states its own network (vTrain's cluster: run_inputs.json).
+        spec["ring_nic_aggregation"] = bool(settings["ring_nic_aggregation"])
     return catalog.cluster_spec_from_dict(spec)
 
 
