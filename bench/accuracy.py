@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import catalog  # noqa: E402
-from bench import vtrain
+from bench import llmfoundry, vtrain
 from catalog.conversion import STACK_FACTS  # noqa: E402
 from solver.cost.evaluate import evaluate
 from solver.cost.flops import total_parameter_count
@@ -470,10 +470,12 @@ def evaluate_all() -> list[RunResult]:
 def bench_records() -> list[dict]:
     """Every record of the grown bench: the published runs, the Blackwell runs, the H100 runs of
     the same summary, the MoE runs, AWS's MoE runs, torchtitan's FSDP runs, Megatron-Bridge 26.08's MoE
-    runs, BigScience's 2021 V100 pipeline runs, then vTrain's public rows."""
+    runs, BigScience's 2021 V100 pipeline runs, llm-foundry's single-node MPT rows, then vTrain's
+    public rows."""
     return (
         load_records() + load_blackwell_records() + load_h100_records() + load_moe_records() + load_aws_records()
-        + load_torchtitan_records() + load_mbridge2608_records() + load_bigscience_records() + vtrain.load_records()
+        + load_torchtitan_records() + load_mbridge2608_records() + load_bigscience_records() + llmfoundry.load_records()
+        + vtrain.load_records()
     )
 
 
