@@ -1,15 +1,16 @@
 """llm-foundry's single-node MPT throughput tables as bench records: the held-out family
 ``llmfoundry-1node``.
 
-bench/data/llmfoundry_single_node.csv holds every 8-GPU bf16 row of the three tables of
+bench/data/llmfoundry_single_node.csv holds every 8-GPU row of the four tables of
 mosaicml/llm-foundry's ``scripts/train/benchmarking/README.md`` at b2a43a147 (2023-10-19, the
-commit that added the H100 table): "H100 80GB BF16", "A100 80GB with 1600 Gbps node-node
-interconnect (RoCE)" and "A100 40GB with ...", 138 rows of MPT models from 125M to 30B
+commit that added the H100 tables): "H100 80GB BF16", "H100 80GB FP8", "A100 80GB with 1600 Gbps
+node-node interconnect (RoCE)" and "A100 40GB with ...", 145 rows of MPT models from 125M to 30B
 parameters at sequence lengths of 512 to 65,536 tokens, less the four rows
 ``published_runs.json`` already holds (the family ``llmfoundry``). One node each, so no traffic
 leaves it: these rows test the compute side (GEMMs, the fused attention kernel, FSDP's gathers
-over NVLink) across sequence length, which no other family spans. The table's "H100 80GB FP8"
-rows are not read: the README does not say which layers its ``amp_fp8`` ran in FP8.
+over NVLink, FP8's casts at small hidden sizes) across sequence length, which no other family
+spans. The FP8 rows ran Transformer Engine v0.10's linear layers (the same commit's
+``submit_benchmarks.py`` sets ``fc_type: te`` for H100 FP8 and installs TransformerEngine@v0.10).
 
 Model shapes come from ``scripts/train/yamls/pretrain/mpt-<size>.yaml`` at the same commit
 (``d_model``, ``n_heads``, ``n_layers``; ``expansion_ratio`` 4, ``vocab_size`` 50368); the
@@ -48,9 +49,14 @@ def load_rows(path: Path = CSV_PATH) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def gpu_tag(row: dict[str, str]) -> str:
+    """The table's GPU column, with ``_fp8`` for the FP8 table's rows (their own run-input source)."""
+    return row["gpu"] + ("_fp8" if row["precision"] == "amp_fp8" else "")
+
+
 def record_id(row: dict[str, str]) -> str:
     # The micro-batch keeps ids unique: the A100 80GB table measures 125M at 2,048 tokens twice.
-    return f"llmfoundry1n-{row['gpu']}-mpt{row['model']}-seq{row['seq_len']}-mb{row['micro_batch']}"
+    return f"llmfoundry1n-{gpu_tag(row)}-mpt{row['model']}-seq{row['seq_len']}-mb{row['micro_batch']}"
 
 
 def row_record(row: dict[str, str]) -> dict:

@@ -98,7 +98,7 @@ def test_grown_bench_evaluates_or_lists_every_record(bench_results):
     # Published runs, Blackwell, H100 and MoE runs (issue 16, Qwen3's 10, gpt-oss's 5 and Kimi K2's 1
     # among them), AWS's Qwen3 and DeepSeek-V3 runs on EFA, torchtitan's FSDP runs, Megatron-Bridge
     # 26.08's MoE runs, BigScience's 2021 V100 pipeline runs, llm-foundry's single-node rows, vTrain rows.
-    assert len(records) == 91 + 16 + 2 + 37 + 16 + 3 + 6 + 8 + 3 + 138 + 47
+    assert len(records) == 91 + 16 + 2 + 37 + 16 + 3 + 6 + 8 + 3 + 145 + 47
     assert [r.run_id for r in bench_results] == [record["id"] for record in records]
     assert len({record["id"] for record in records}) == len(records)
     for r in bench_results:

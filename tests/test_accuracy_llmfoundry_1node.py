@@ -17,10 +17,11 @@ def rows():
 
 
 def test_rows_are_the_tables_single_node_bf16_rows(rows):
-    assert len(rows) == 138
+    assert len(rows) == 145
     by_table = {table: sum(r["table"] == table for r in rows) for table in {r["table"] for r in rows}}
     assert by_table == {
         "H100 80GB BF16": 36,
+        "H100 80GB FP8": 7,
         "A100 80GB with 1600 Gbps node-node interconnect (RoCE)": 57,
         "A100 40GB with 1600 Gbps node-node interconnect (RoCE)": 45,
     }
@@ -29,6 +30,7 @@ def test_rows_are_the_tables_single_node_bf16_rows(rows):
         # The table's own arithmetic: tokens/s = samples/s x sequence, per GPU = / 8 (its rounding).
         assert float(r["tokens_per_s_per_gpu"]) == pytest.approx(float(r["tokens_per_s"]) / 8, abs=1.0)
         assert int(r["global_batch_tokens"]) == int(r["global_batch"]) * int(r["seq_len"])
+        assert r["precision"] in ("amp_bf16", "bf16", "amp_fp8")
     # The four rows published_runs.json already holds are not read twice.
     published = {record["id"] for record in load_records()}
     assert "llmfoundry-mpt7b-h100-8gpu-seq2048" in published
@@ -50,11 +52,12 @@ def test_shapes_reproduce_the_tables_parameter_counts(rows):
 
 def test_every_row_is_evaluated_on_its_node():
     inputs = load_inputs()
-    nodes = {"h100_80gb": "dgx-h100", "a100_80gb": "dgx-a100-80gb", "a100_40gb": "dgx-a100-40gb"}
+    nodes = {"h100_80gb": "dgx-h100", "h100_80gb_fp8": "dgx-h100", "a100_80gb": "dgx-a100-80gb", "a100_40gb": "dgx-a100-40gb"}
     for record in llmfoundry.load_records():
         settings = record_settings(record, inputs)
         gpu_tag = record["id"].split("-")[1]
         assert settings["node"] == nodes[gpu_tag] and settings["stack"] == "pytorch-fsdp1-2023"
+        assert settings["precision"] == ("fp8" if gpu_tag.endswith("_fp8") else "bf16")
         assert family_of(record["id"], inputs) == "llmfoundry-1node"
     sample = [r for r in llmfoundry.load_records() if r["id"] == "llmfoundry1n-h100_80gb-mpt3b-seq65536-mb1"]
     result = evaluate_record(sample[0], inputs)
