@@ -10,8 +10,8 @@ First the headline: the 22 records the bench held before it grew (``headline`` i
 run_inputs.json), which tests/test_accuracy.py guards. Then the grown bench (with the Blackwell
 runs of bench/data/published_runs_blackwell.json and the mixture-of-experts runs of
 bench/data/published_runs_moe.json, issue 16, and of bench/data/published_runs_aws.json, AWS's
-Qwen3 runs on EFA, and of bench/data/published_runs_torchtitan.json, torchtitan's FSDP runs):
-every other record row by row, a
+Qwen3 runs on EFA, of bench/data/published_runs_torchtitan.json, torchtitan's FSDP runs, and
+llm-foundry's single-node MPT rows, bench/llmfoundry.py): every other record row by row, a
 table per family (a family is a source: megatron2021, bloom, mbridge-gb300, vtrain, ...) with n,
 MAPE, signed mean error and worst run, vTrain's per-model Spearman rank correlation of iteration
 times, and the records the planner cannot express, each with its reason (a to-do list).
