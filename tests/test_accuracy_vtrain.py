@@ -10,10 +10,9 @@ import dataclasses
 import pytest
 
 from bench import vtrain
-from bench.accuracy import _cluster_for, evaluate_record, load_inputs, rank_correlations, record_settings
+from bench.accuracy import _cluster_for, _model_for, evaluate_record, load_inputs, rank_correlations, record_settings
 from solver.cost.comm import data_parallel_collective_s
 from solver.cost.flops import total_parameter_count
-from solver.spec.model import ModelSpec
 
 # Seconds per iteration at 8 sequences per micro-batch, 3.6B model (vTrain data/ground_truth_multi.csv).
 MEASURED_MB8_S = {1: 3.5665, 2: 3.9752, 4: 4.6344}
@@ -51,12 +50,9 @@ def test_vtrain_cluster_states_its_nic_fact():
     assert settings["ring_nic_aggregation"] is True and "src/graph/search.cc" in settings["why_ring_nic_aggregation"]
     cluster = _cluster_for(record, settings)
     assert cluster.ring_nic_aggregation and cluster.inter_node_bytes_per_s == 12.5e9 and cluster.gpus_per_node == 8
-    # What the fact changes: a DP ring of 8 members per node on 8 NIC shares against one share.
-    shape = record["model"]
-    model = ModelSpec(
-        name="vtrain-3.6b", num_layers=shape["layers"], hidden_size=shape["hidden"], num_attention_heads=shape["heads"],
-        vocab_size=50257, seq_length=shape["seq_len"],
-    )
+    # What the fact changes: a DP ring of 8 members per node on 8 NIC shares against one share,
+    # for the gradients of the model the bench evaluates for this row.
+    model = _model_for(record, settings)
     gradient_bytes = 2.0 * total_parameter_count(model)
     aggregated_s = data_parallel_collective_s(cluster, 1, 64, gradient_bytes, "all_reduce")
     one_share = dataclasses.replace(cluster, ring_nic_aggregation=False)
