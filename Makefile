@@ -47,6 +47,7 @@ bench: install
 	$(BIN)/python bench/error_bands.py
 	$(BIN)/python bench/vtrain_single.py
 	$(BIN)/python bench/microbatch_split.py
+	$(BIN)/python bench/step_shares.py
 	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/plan_quality.py

@@ -67,6 +67,8 @@ class RunResult:
     filled: str  # unknown fields filled by the benchmark
     skipped: str = ""  # why the record could not be evaluated
     family: str = ""  # its source's family (run_inputs.json), for the per-family table
+    # The evaluation the prediction came from (bench/step_shares.py reads its step breakdown).
+    evaluation: Evaluation | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def error(self) -> float | None:
@@ -457,7 +459,7 @@ def evaluate_record(record: dict, inputs: dict) -> RunResult:
     if not fits:
         filled.append("INFEASIBLE")
     predicted = _predicted(metric[0], ev, gpus, flops_per_token)
-    return RunResult(record["id"], metric[0], metric[1], predicted, " ".join(filled), family=family)
+    return RunResult(record["id"], metric[0], metric[1], predicted, " ".join(filled), family=family, evaluation=ev)
 
 
 def evaluate_all() -> list[RunResult]:
