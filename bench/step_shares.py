@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import accuracy  # noqa: E402
+from bench import accuracy, vtrain  # noqa: E402
 from solver.cost.result import BREAKDOWN_KEYS  # noqa: E402
 
 
@@ -69,22 +69,10 @@ def family_means(runs: list[RunShares]) -> dict[str, tuple[int, float, dict[str,
     }
 
 
-def pearson(xs: list[float], ys: list[float]) -> float | None:
-    """Pearson correlation of two equal-length series; None where either is constant."""
-    n = len(xs)
-    if n < 2:
-        return None
-    mean_x, mean_y = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mean_x) ** 2 for x in xs)
-    syy = sum((y - mean_y) ** 2 for y in ys)
-    if sxx == 0 or syy == 0:
-        return None
-    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / math.sqrt(sxx * syy)
-
-
-def share_error_correlations(runs: list[RunShares]) -> dict[str, float | None]:
-    """Per part: the correlation of its share with the signed error over ``runs``."""
-    return {key: pearson([r.shares[key] for r in runs], [r.error for r in runs]) for key in BREAKDOWN_KEYS}
+def share_error_correlations(runs: list[RunShares]) -> dict[str, float]:
+    """Per part: the (Pearson) correlation of its share with the signed error over ``runs``; NaN
+    where a part's share is the same in every run."""
+    return {key: vtrain.pearson_r([r.shares[key] for r in runs], [r.error for r in runs]) for key in BREAKDOWN_KEYS}
 
 
 def _short(key: str) -> str:
@@ -114,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     correlations = share_error_correlations(runs)
     print(
         f"\ncorrelation of each part's share with the signed error over {len(runs)} runs: "
-        + ", ".join(f"{_short(k)} {'-' if c is None else f'{c:+.2f}'}" for k, c in correlations.items())
+        + ", ".join(f"{_short(k)} {'-' if math.isnan(c) else f'{c:+.2f}'}" for k, c in correlations.items())
     )
     return 0
 

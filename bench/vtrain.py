@@ -11,6 +11,7 @@ bench/data/run_inputs.json, with their sources.
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -92,7 +93,17 @@ def spearman_rho(xs: list[float], ys: list[float]) -> float:
         raise ValueError("spearman_rho needs two sequences of the same length")
     if len(xs) < 2:
         return float("nan")
-    rx, ry = average_ranks(np.asarray(xs, dtype=float)), average_ranks(np.asarray(ys, dtype=float))
-    dx, dy = rx - rx.mean(), ry - ry.mean()
+    return pearson_r(average_ranks(np.asarray(xs, dtype=float)), average_ranks(np.asarray(ys, dtype=float)))
+
+
+def pearson_r(xs: Sequence[float] | np.ndarray, ys: Sequence[float] | np.ndarray) -> float:
+    """Pearson's correlation of two equal-length sequences; NaN with fewer than two points or
+    when either side is constant."""
+    x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    if len(x) != len(y):
+        raise ValueError("pearson_r needs two sequences of the same length")
+    if len(x) < 2:
+        return float("nan")
+    dx, dy = x - x.mean(), y - y.mean()
     denominator = float(np.sqrt((dx * dx).sum() * (dy * dy).sum()))
     return float((dx * dy).sum()) / denominator if denominator else float("nan")

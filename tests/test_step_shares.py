@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from bench import accuracy, step_shares
+from bench import accuracy, step_shares, vtrain
 from solver.cost.result import BREAKDOWN_KEYS
 
 
 @pytest.fixture(scope="module")
-def runs() -> list[step_shares.RunShares]:
-    return step_shares.run_shares(accuracy.evaluate_bench())
+def results() -> list[accuracy.RunResult]:
+    return accuracy.evaluate_bench()
 
 
-def test_every_predicted_run_is_split_and_its_parts_add_up_to_its_step(runs):
-    results = accuracy.evaluate_bench()
+@pytest.fixture(scope="module")
+def runs(results) -> list[step_shares.RunShares]:
+    return step_shares.run_shares(results)
+
+
+def test_every_predicted_run_is_split_and_its_parts_add_up_to_its_step(results, runs):
     assert len(runs) == sum(1 for r in results if r.error is not None)
     for run in runs:
         assert set(run.shares) == set(BREAKDOWN_KEYS)
@@ -22,11 +28,11 @@ def test_every_predicted_run_is_split_and_its_parts_add_up_to_its_step(runs):
         assert sum(run.shares.values()) == pytest.approx(1.0, rel=1e-9), run.run_id
 
 
-def test_the_evaluation_kept_is_the_one_the_prediction_came_from():
+def test_the_evaluation_kept_is_the_one_the_prediction_came_from(results):
     """The step time kept with a vTrain row is its predicted iteration time."""
-    results = [r for r in accuracy.evaluate_bench() if r.family == "vtrain" and r.error is not None]
-    assert results
-    for result in results:
+    rows = [r for r in results if r.family == "vtrain" and r.error is not None]
+    assert rows
+    for result in rows:
         assert result.metric == "iteration_time_s"
         assert result.evaluation.prediction.step_time_s == pytest.approx(result.predicted)
 
@@ -43,11 +49,13 @@ def test_family_means_and_errors(runs):
 
 
 def test_pearson():
-    assert step_shares.pearson([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
-    assert step_shares.pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
-    assert step_shares.pearson([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
-    assert step_shares.pearson([1, 1, 1], [1, 2, 3]) is None
-    assert step_shares.pearson([1], [1]) is None
+    assert vtrain.pearson_r([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
+    assert vtrain.pearson_r([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert vtrain.pearson_r([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
+    assert math.isnan(vtrain.pearson_r([1, 1, 1], [1, 2, 3]))
+    assert math.isnan(vtrain.pearson_r([1], [1]))
+    # Spearman's rho is Pearson's correlation of the ranks.
+    assert vtrain.spearman_rho([1, 5, 2, 9], [10, 30, 20, 40]) == pytest.approx(vtrain.pearson_r([1, 3, 2, 4], [1, 3, 2, 4]))
 
 
 def test_cli_prints_the_families_asked_for_and_rejects_unknown_ones(capsys):
