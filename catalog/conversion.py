@@ -62,6 +62,7 @@ STACK_FACTS = (
     "autocast_weights", "grad_bucket_copy", "loss_keeps_logits", "sp_saved_input", "expert_gemms", "flash_kernel",
     "step_grad_copy_bytes_per_param", "optimizer_sub_group_params", "allocator_fragmentation_fraction",
     "kv_head_subsharding", "fp8_attention", "fp8_output_proj", "zero_reduce_bucket_params", "zero_step_norm_copies",
+    "jit_dropout_masks",
 )
 
 MODEL_FIELDS = (
@@ -75,6 +76,8 @@ MODEL_FIELDS = (
     "mtp_num_layers", "head_dim",
     # Sliding-window attention (absent: full attention in every layer).
     "sliding_window", "sliding_window_fraction",
+    # Dropout probabilities (absent: Megatron-LM's 0.1 each).
+    "hidden_dropout", "attention_dropout",
 )
 MODEL_REQUIRED = ("name", "num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length")
 

@@ -137,6 +137,18 @@ class _Reader:
         self.fields[field] = value
         self.keys[field] = key
 
+    def probability(self, key: str, default: float) -> float:
+        value = self.raw(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise SpecError(self.where(key), f"must be a probability in [0, 1), got {_shown(value)}")
+        return float(value)
+
+    def dropout(self, hidden_key: str | None, attention_key: str) -> None:
+        """Dropout probabilities; a model type without a residual dropout (``hidden_key`` None:
+        Transformers' Llama-style decoders apply none) trains with 0."""
+        self.set("hidden_dropout", hidden_key or attention_key, self.probability(hidden_key, 0.0) if hidden_key else 0.0)
+        self.set("attention_dropout", attention_key, self.probability(attention_key, 0.0))
+
     def sizes(self, names: tuple[tuple[str, str], ...]) -> None:
         """Required sizes: each (field, config key) pair read as an integer >= 1."""
         for field, key in names:
@@ -160,6 +172,7 @@ def _decoder(r: _Reader, *, gated: bool = True, tied_default: bool = False, act_
     _head_dim(r)
     r.set("tied_embeddings", "tie_word_embeddings", r.flag("tie_word_embeddings", tied_default))
     r.fields.update(architecture="decoder", position_embedding="none")
+    r.dropout(None, "attention_dropout")
     if gated:
         act = r.text(act_key, "silu")
         r.fields["mlp_activation"] = "swiglu"
@@ -407,6 +420,7 @@ def _gpt_neox(r: _Reader) -> None:
     r.set("num_kv_heads", "num_attention_heads", r.fields["num_attention_heads"])
     r.set("tied_embeddings", "tie_word_embeddings", r.flag("tie_word_embeddings", False))
     r.fields.update(mlp_activation="gelu", architecture="decoder", position_embedding="none")
+    r.dropout("hidden_dropout", "attention_dropout")
     if r.raw("use_parallel_residual", True) is True:
         r.notes.append("attention and MLP in parallel (use_parallel_residual) cost as one after the other")
 
@@ -418,6 +432,7 @@ def _gpt2_style(r: _Reader, *, rotary: bool, tied_default: bool) -> None:
     r.set("ffn_hidden_size", "n_inner", r.integer("n_inner", 4 * r.fields["hidden_size"]))
     r.set("tied_embeddings", "tie_word_embeddings", r.flag("tie_word_embeddings", tied_default))
     r.fields.update(mlp_activation="gelu", architecture="decoder", position_embedding="none" if rotary else "learned")
+    r.dropout("resid_pdrop", "attn_pdrop")
 
 
 def _gpt2(r: _Reader) -> None:
@@ -436,6 +451,7 @@ def _bert(r: _Reader) -> None:
     if kind != "absolute":
         raise SpecError(r.where("position_embedding_type"), f"only 'absolute' (a learned table) is expressible, got {_shown(kind)}")
     r.fields.update(mlp_activation="gelu", tied_embeddings=True, architecture="encoder", position_embedding="learned")
+    r.dropout("hidden_dropout_prob", "attention_probs_dropout_prob")
     r.notes.append("the token-type embeddings and the pooler")
 
 
@@ -451,6 +467,11 @@ def _mpt(r: _Reader) -> None:
     if not isinstance(attn, Mapping):
         raise SpecError(r.where("attn_config"), f"must be an object, got {_shown(attn)}")
     alibi = attn.get("alibi", False) is True
+    r.dropout("resid_pdrop", "attn_pdrop")
+    attn_pdrop = attn.get("attn_pdrop", 0.0)
+    if isinstance(attn_pdrop, bool) or not isinstance(attn_pdrop, (int, float)) or not 0 <= attn_pdrop < 1:
+        raise SpecError(r.where("attn_config.attn_pdrop"), f"must be a probability in [0, 1), got {_shown(attn_pdrop)}")
+    r.set("attention_dropout", "attn_config", float(attn_pdrop))  # MPTConfig keeps it in attn_config
     learned = r.flag("learned_pos_emb", True) and not alibi  # MPTConfig turns the table off under ALiBi
     r.fields.update(mlp_activation="gelu", tied_embeddings=True, architecture="decoder",
                     position_embedding="learned" if learned else "none")

@@ -165,6 +165,7 @@ MEGATRON_DEEPSPEED_FLAGS = {
     "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--num-key-value-heads", "--seq-length",
     "--max-position-embeddings", "--use-rotary-position-embeddings", "--no-position-embedding", "--swiglu",
     "--normalization", "--disable-bias-linear", "--untie-embeddings-and-output-weights", "--zero-stage", "--squared-relu",
+    "--hidden-dropout", "--attention-dropout",
 }
 # The trainer and model keys of NeMo's megatron_gpt_config.yaml that the export writes.
 NEMO_GPT_CONFIG_KEYS = {
@@ -234,7 +235,10 @@ def megatron_configs(export, plan: PlanToExport):
             if isinstance(value, list) or (name == "recompute_modules" and value is not None):  # nargs flags are lists
                 kwargs[name] = value if isinstance(value, list) else [value]
             else:
-                kwargs[name] = True if value is None else (int(value) if value.isdigit() and "int" in str(field_type) else value)
+                if value is not None and "float" in str(field_type) and "int" not in str(field_type):
+                    kwargs[name] = float(value)  # the dropout probabilities
+                else:
+                    kwargs[name] = True if value is None else (int(value) if value.isdigit() and "int" in str(field_type) else value)
     if "--fp8-format" in flags:
         kwargs["fp8"] = flags["--fp8-format"]
     if "--swiglu" in flags:

@@ -51,19 +51,21 @@ def _record_evaluation(loss_kernel: str):
 def test_megatron_bridges_llama3_70b_on_gb200_fits_with_the_loss_it_ran():
     """Llama 3 70B on 64 GB200 (Megatron-FSDP, 40 of 80 layers' activations offloaded, micro-batch
     2 of 8,192 tokens, FP8): the run's own loss (the source's in_place) fits in 186 GiB; the native
-    loss would hold 4 more bytes on each of 16,384 x 128,256 logits, 7.83 GiB, and not fit."""
+    loss would hold 4 more bytes on each of 16,384 x 128,256 logits, 7.83 GiB (with Llama 3's
+    dropout-free layers it would still fit, at about 177 GiB)."""
     inputs = accuracy.load_inputs()
     assert inputs["sources"]["mbridge2602-dgx-gb200"]["loss_kernel"] == "in_place"
     ran, model, training, parallel = _record_evaluation("in_place")
     native, *_ = _record_evaluation("fused")
-    assert ran.feasible and not native.feasible
+    assert ran.feasible  # without dropout's masks the native loss fits as well
     assert inputs["records"][RUN]["activation_offload_layers"] == parallel.activation_offload_layers
     assert (training.seq_length, model.vocab_size) == (8192, 128256)
     logits = parallel.micro_batch_size * training.seq_length * model.vocab_size
     head = [s.memory_bytes["embedding_and_logits"] for s in (native.stages[0], ran.stages[0])]
     assert head[0] - head[1] == pytest.approx(4 * logits)
     assert 4 * logits / GIB == pytest.approx(7.83, abs=0.01)
-    assert ran.peak_bytes / GIB < 186.0 < native.peak_bytes / GIB
+    assert ran.peak_bytes / GIB == pytest.approx(168.7, abs=0.1)
+    assert native.peak_bytes - ran.peak_bytes > 4 * logits
 
 
 def test_every_megatron_bridge_source_runs_transformer_engines_loss_and_no_other_does():

@@ -30,6 +30,9 @@ PrecisionName = Literal["fp16", "bf16", "fp8", "mxfp8", "nvfp4"]
 # Expert counts: DeepSeek-V3 has 256 routed experts; 4096 bounds a search's expert-parallel sizes.
 ExpertCount = Annotated[int, Field(strict=True, ge=0, le=4096)]
 LatentWidth = Annotated[int, Field(strict=True, ge=0, le=2**24)]
+# A dropout probability, as solver.spec.model.ModelSpec bounds it: 0 (none) up to, not including, 1.
+DropoutProbability = Annotated[float, Field(strict=True, ge=0, lt=1, allow_inf_nan=False)]
+DROPOUT_DEFAULT = "; default 0.1 (Megatron-LM's); 0: no dropout, so no masks kept for backward"
 
 # meta-llama/Meta-Llama-3-8B's config.json, the fields the reader takes.
 HF_LLAMA3_8B_EXAMPLE = {
@@ -148,6 +151,13 @@ class ModelSpecIn(BaseModel):
     )
     sliding_window_fraction: Annotated[float, Field(gt=0, le=1)] | None = Field(
         None, description="share of the layers with the window (gpt-oss and Gemma 2: 0.5; Gemma 3: 5/6); absent: every layer"
+    )
+    # Dropout (absent: Megatron-LM's 0.1 each).
+    hidden_dropout: DropoutProbability | None = Field(
+        None, description="dropout probability of the embedding output and the residual branches" + DROPOUT_DEFAULT
+    )
+    attention_dropout: DropoutProbability | None = Field(
+        None, description="dropout probability of the attention probabilities" + DROPOUT_DEFAULT
     )
 
 
@@ -372,6 +382,8 @@ class StoredModelSpec(BaseModel):
     head_dim: int | None | MISSING = MISSING
     sliding_window: int | None | MISSING = MISSING
     sliding_window_fraction: float | None | MISSING = MISSING
+    hidden_dropout: float | None | MISSING = Field(MISSING, description="hidden dropout probability; absent: 0.1")
+    attention_dropout: float | None | MISSING = Field(MISSING, description="attention dropout probability; absent: 0.1")
     source: str | MISSING = Field(MISSING, description="where the shape comes from")
 
 
@@ -572,6 +584,12 @@ class StackFacts(BaseModel):
             "check, then an fp64 one for the norm, of one gradient's partition at a time)"
         )
     )
+    jit_dropout_masks: bool = Field(
+        description=(
+            "the hidden dropouts' masks are kept even without dropout (a TorchScript bias-dropout-add, whose autodiff draws and "
+            "keeps the mask at p = 0: Megatron-LM and Megatron-DeepSpeed before torch.compile)"
+        )
+    )
 
 
 class StackFactSources(BaseModel):
@@ -608,6 +626,7 @@ class StackFactSources(BaseModel):
     fp8_output_proj: str
     zero_reduce_bucket_params: str
     zero_step_norm_copies: str
+    jit_dropout_masks: str
 
 
 class StackEntry(BaseModel):

@@ -194,6 +194,13 @@ class Training(BaseModel):
             "--fp8-output-proj); needs precision mxfp8; null: the stack's"
         ),
     )
+    jit_dropout_masks: Flag | None = Field(
+        None,
+        description=(
+            "the hidden dropouts' masks are kept even for a model trained without dropout (a TorchScript bias-dropout-add, whose "
+            "autodiff draws and keeps the mask at p = 0: Megatron-LM and Megatron-DeepSpeed before torch.compile); null: the stack's"
+        ),
+    )
     # Megatron-core's --recompute-modules (solver.spec.training.RecomputeModule): what a selectively
     # recomputed layer recomputes where the stack's selective mode is "attention".
     recompute_modules: list[Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act"]] | None = Field(

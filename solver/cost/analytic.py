@@ -316,9 +316,30 @@ def fp8_attention_cast_s(model: ModelSpec, gpu: GpuSpec, tokens: float, tp_size:
     )
 
 
+# Bytes of the 1-byte mask a dropout keeps per element for backward (Korthikanti et al. 2022 Table 2).
+DROPOUT_MASK_BYTES = 1
+
+
+def hidden_mask_bytes(model: ModelSpec, jit_dropout_masks: bool = False) -> int:
+    """Bytes per token x hidden element of the masks a layer's two hidden dropouts keep for
+    backward (one byte each, Korthikanti et al. 2022 Table 2's 2sbh). None for a model trained
+    without hidden dropout (``ModelSpec.hidden_dropout`` 0: ATen returns the input and keeps no
+    mask), unless the stack's bias-dropout-add is a TorchScript function (``jit_dropout_masks``),
+    whose autodiff formula draws and keeps the mask at p = 0 too."""
+    return 2 * DROPOUT_MASK_BYTES if model.hidden_dropout or jit_dropout_masks else 0
+
+
+def score_kept_bytes(model: ModelSpec) -> int:
+    """Bytes per attention score a layer keeps for backward without a fused attention kernel:
+    the softmax output (2), which the P V GEMM and the softmax's backward read, and with attention
+    dropout its 1-byte mask and 16-bit output (Korthikanti et al. 2022 Table 2's 5as^2b: 2 + 1 +
+    2); 2 without (``ModelSpec.attention_dropout`` 0)."""
+    return BYTES_16BIT + (DROPOUT_MASK_BYTES + BYTES_16BIT if model.attention_dropout else 0)
+
+
 def _kept_bytes(
     model: ModelSpec, shape: ProfileShape, s: int, flash: bool, gemm_input_bytes: float = BYTES_16BIT,
-    gathered_input_bytes: float | None = None,
+    gathered_input_bytes: float | None = None, jit_dropout_masks: bool = False,
 ) -> tuple[int, int, int]:
     """Activation bytes one layer keeps for backward with no, selective and full recomputation
     (Korthikanti et al. 2022 Table 2, generalised to GQA and SwiGLU), on one rank of a
@@ -328,23 +349,26 @@ def _kept_bytes(
     (``TrainingSpec.low_precision_saved_inputs``). Under sequence parallelism Korthikanti et al.
     keep the QKV and MLP-up inputs sharded (/t) like the rest of the replicated terms; where the
     stack keeps them all-gathered (``SpSavedInput.GATHERED``: ``gathered_input_bytes`` per
-    element, see ``_gathered_input_bytes``) they are b*s*h each, at full width."""
+    element, see ``_gathered_input_bytes``) they are b*s*h each, at full width. The dropouts'
+    masks and the dropped-out scores are kept only where the model trains with dropout
+    (``hidden_mask_bytes``, ``score_kept_bytes``)."""
     t, b = shape.tp_size, shape.micro_batch_size
     h, a, kv, f = model.hidden_size, model.num_attention_heads, model.kv_hidden_size, model.ffn_hidden_size
     q = model.q_width
     tokens = b * s // shape.cp_size
     swiglu = model.mlp_activation is MlpActivation.SWIGLU
     g = gemm_input_bytes
-    # LN inputs (4), QKV and MLP inputs (2 g), two dropout masks (2)
-    replicated = (4 + 2 * g + 2) * tokens * h
+    masks = hidden_mask_bytes(model, jit_dropout_masks)
+    # LN inputs (4), QKV and MLP inputs (2 g), two dropout masks (2; none without hidden dropout)
+    replicated = (4 + 2 * g + masks) * tokens * h
     # Q (2), out-proj input (g), K and V (4), the MLP's inner tensors: SwiGLU's gate and up
     # outputs (4) or GELU's / squared ReLU's input (2), and the down projection's input (g)
     split = (2 + g) * tokens * q + 4 * tokens * kv + ((4 if swiglu else 2) + g) * tokens * f
-    scores = 0 if flash else 5 * a * tokens * s  # softmax out, dropout mask, dropout out
+    scores = 0 if flash else score_kept_bytes(model) * a * tokens * s
     replicated_local = replicated / t if shape.sequence_parallel else replicated
     if shape.sequence_parallel and gathered_input_bytes is not None:
         # The norms' inputs and the masks stay sharded; the two GEMM inputs are the all-gathered ones.
-        replicated_local = (4 + 2) * tokens * h / t + 2 * gathered_input_bytes * tokens * h
+        replicated_local = (4 + masks) * tokens * h / t + 2 * gathered_input_bytes * tokens * h
     checkpoint = BYTES_16BIT * tokens * h / (t if shape.sequence_parallel else 1)
     return int(replicated_local + (split + scores) / t), int(replicated_local + split / t), int(checkpoint)
 
@@ -380,7 +404,10 @@ def backward_working_bytes(model: ModelSpec, shape: ProfileShape, s: int, flash:
       torchtitan passes, or the ``dk_expanded`` / ``dv_expanded`` it sums over a GQA group) and
       the fp32 ``dq_accum`` (b*s*h/t each, the last at 4 bytes). Materialised scores: the
       context's gradient, and two 16-bit score gradients (the dropout's and the softmax's) with
-      the dropout's output already freed: 2 bytes per score beyond the kept ones.
+      the dropout's output already freed: 2 bytes per score beyond the kept ones. Without
+      attention dropout (``ModelSpec.attention_dropout`` 0) the two are the softmax output's
+      gradient and the softmax input's, beside the kept softmax output, which nothing frees
+      before the softmax's backward has run: 4 bytes per score beyond the kept 2.
 
     Weight gradients are not counted here: accumulated into the stack's gradient buffer (the
     model states), or under ZeRO-3 / FSDP written unsharded per layer and reduce-scattered,
@@ -398,7 +425,8 @@ def backward_working_bytes(model: ModelSpec, shape: ProfileShape, s: int, flash:
     if flash:
         core = heads + heads + 2 * heads + FLASH_DQ_ACCUM_BYTES * tokens * model.q_width / t  # dctx, dQ, dK and dV, dq_accum
     else:
-        core = heads + BYTES_16BIT * a * tokens * s / t
+        score_grads = 2 * BYTES_16BIT - (BYTES_16BIT if model.attention_dropout else 0)  # less the freed dropout output
+        core = heads + score_grads * a * tokens * s / t
     phases = (gathered + inner, activation_grads * inner, gathered + heads, core)
     return int(residual + max(phases))
 
@@ -500,7 +528,8 @@ def _layer_profile(
     )
 
     activation, selective, checkpoint = _kept_bytes(
-        model, shape, s, flash, _saved_input_bytes(training), _gathered_input_bytes(training, shape)
+        model, shape, s, flash, _saved_input_bytes(training), _gathered_input_bytes(training, shape),
+        training.jit_dropout_masks,
     )
     if training.selective_recompute is SelectiveRecompute.OP:
         selective, selective_recompute_s = _op_selective(
@@ -688,7 +717,9 @@ def _embedding_profile(
     backward_s = elementwise_time_s(gpu, 2 * BYTES_16BIT * tokens * h, kernels=2)
     # The vocabulary-parallel embedding sums its partial outputs with one all-reduce (forward).
     tp_comm_s = _activation_all_reduce_s(cluster, tokens, h, t)
-    mask_bytes = int(tokens_local * h)  # embedding dropout mask (Korthikanti et al. 2022: s*b*h*p/t)
+    # Embedding dropout mask (Korthikanti et al. 2022: s*b*h*p/t); none without hidden dropout (the
+    # embedding's dropout is an eager nn.Dropout in every stack here, which keeps nothing at p = 0).
+    mask_bytes = int(DROPOUT_MASK_BYTES * tokens_local * h) if model.hidden_dropout else 0
     return LayerProfile(
         name="embedding",
         kind=LayerKind.EMBEDDING,

@@ -391,6 +391,8 @@ def launcher_arguments(plan: PlanToExport, parallel: ParallelConfig, training: T
         args += [("--squared-relu", None), ("--disable-bias-linear", None)]
     if not model.tied_embeddings:
         args.append(("--untie-embeddings-and-output-weights", None))
+    # The model's dropouts (Megatron-DeepSpeed's defaults are Megatron-LM's, 0.1 each).
+    args += [("--hidden-dropout", str(model.hidden_dropout)), ("--attention-dropout", str(model.attention_dropout))]
     if parallel.offload is not Offload.NONE:
         args.append(("--cpu-optimizer", None))  # Megatron-DeepSpeed builds DeepSpeedCPUAdam, which offload_optimizer steps
     args += [("--deepspeed", None), ("--deepspeed_config", "ds_config.json"), ("--zero-stage", str(zero_stage_written(parallel)))]

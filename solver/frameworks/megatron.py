@@ -352,6 +352,8 @@ def model_arguments(plan: PlanToExport) -> list[Argument]:
         args += [("--squared-relu", None), ("--disable-bias-linear", None)]
     if not model.tied_embeddings:
         args.append(("--untie-embeddings-and-output-weights", None))
+    # The model's dropouts (Megatron-LM's defaults are 0.1 each; 0: no masks, no kernels).
+    args += [("--hidden-dropout", str(model.hidden_dropout)), ("--attention-dropout", str(model.attention_dropout))]
     return args + moe_arguments(model, plan.training)
 
 

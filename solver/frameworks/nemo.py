@@ -50,7 +50,7 @@ from solver.spec.parallel import ParallelConfig
 from solver.spec.rules import Rule, Violation
 from solver.spec.training import DEFAULT_RECOMPUTE_MODULES, LossKernel, MoeDispatcher, Precision, ZeroStage
 
-YamlValue = int | str | bool | list[str] | list[int] | None
+YamlValue = int | float | str | bool | list[str] | list[int] | None
 
 
 def violations(parallel: ParallelConfig) -> list[Violation]:
@@ -161,6 +161,9 @@ def overrides(plan: PlanToExport, parallel: ParallelConfig) -> dict[str, dict[st
         "window_attn_skip_freq": window_skip_freq(model) if model.sliding_window else None,
         "position_embedding_type": "rope" if model.position_embedding is PositionEmbedding.NONE else "learned_absolute",
         "share_embeddings_and_output_weights": model.tied_embeddings,
+        # The model's dropouts (NeMo's GPT configs: hidden_dropout, attention_dropout).
+        "hidden_dropout": model.hidden_dropout,
+        "attention_dropout": model.attention_dropout,
     }
     if parallel.cp_size > 1:
         out["context_parallel_size"] = parallel.cp_size  # megatron-core's ring attention
@@ -256,8 +259,8 @@ def _yaml(value: YamlValue) -> str:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
+    if isinstance(value, (int, float)):
+        return str(value)  # a float as Python writes it: 0.1, 0.0 (YAML floats)
     if isinstance(value, list):  # a flow sequence of plain names
         return "[" + ", ".join(_yaml(item) for item in value) + "]"
     return f"'{value}'" if value.isdigit() else value

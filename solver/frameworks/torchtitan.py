@@ -314,6 +314,13 @@ def export(plan: PlanToExport) -> Export:
     notes.extend(window_notes(plan.model, "torchtitan's Llama", writes_window=False))
     notes.extend(kv_head_notes(plan.model, parallel.tp_size, "torchtitan", subshards=False))
     notes.append(f"register a flavor named {plan.model.name!r} with the model's shape, or rename [model] flavor")
+    if plan.model.hidden_dropout or plan.model.attention_dropout:
+        # torchtitan's Llama (torchtitan/models/llama3/model) has no dropout modules: a model
+        # trained with dropout needs it added, and the plan costed its masks and kernels.
+        notes.append(
+            f"torchtitan's Llama has no dropout; this model trains with hidden_dropout {plan.model.hidden_dropout}"
+            f" and attention_dropout {plan.model.attention_dropout}, which the plan costed: add them to the model"
+        )
     return Export(
         ExportFormat.TORCHTITAN, not differences, parallel, training, differences,
         (LaunchFile("job.toml", "application/toml", text),), tuple(notes),

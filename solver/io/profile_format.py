@@ -58,7 +58,7 @@ PARAMETER_BYTES = 2
 MODEL_KEYS = (
     "name", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size",
     "vocab_size", "seq_length", "mlp_activation", "tied_embeddings", "architecture",
-    "position_embedding", "head_dim",
+    "position_embedding", "head_dim", "hidden_dropout", "attention_dropout",
 )
 MODEL_INFO_KEYS = ("display_name", "source")  # catalog entries carry these; kept out of ModelSpec
 TOP_KEYS = (
@@ -197,6 +197,9 @@ def model_from_dict(raw: Any, path: str = "model") -> ModelSpec:
     ):
         if raw.get(key) is not None:
             kwargs[key] = _choice(f"{path}.{key}", raw[key], enum)
+    for key in ("hidden_dropout", "attention_dropout"):  # probabilities, checked by ModelSpec
+        if raw.get(key) is not None:
+            kwargs[key] = raw[key]
     try:
         return ModelSpec(**kwargs)
     except SpecError as err:

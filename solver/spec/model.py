@@ -73,6 +73,18 @@ class ModelSpec:
     train beside the main model and are dropped for inference, so the parameter counts
     (``solver.cost.flops.total_parameter_count``, 671B) leave them out and
     ``flops.mtp_parameter_count`` counts them (11.5B).
+
+    Dropout: ``hidden_dropout`` is the probability of the dropouts on the hidden stream (the
+    embedding's output and the two residual branches of each layer: Megatron-LM's
+    ``--hidden-dropout``, Hugging Face's ``hidden_dropout`` / ``resid_pdrop``), ``attention_dropout``
+    that of the attention probabilities (``--attention-dropout``, ``attention_dropout`` /
+    ``attn_pdrop``). Both default to 0.1, Megatron-LM's defaults (megatron/training/arguments.py
+    ``_add_regularization_args``: ``--attention-dropout`` and ``--hidden-dropout``, default=0.1).
+    At 0 the frameworks run no dropout: ATen's ``dropout`` takes the fused kernel only for
+    0 < p < 1 and ``_dropout_impl`` returns its input when p == 0 (aten/src/ATen/native/Dropout.cpp),
+    so no mask is kept (``solver.cost.analytic``: except the hidden masks of a TorchScript
+    bias-dropout-add, ``TrainingSpec.jit_dropout_masks``). The dropout kernels' time is still
+    charged at p = 0 (docs/cost_model.md, the dropout row).
     """
 
     name: str
@@ -117,6 +129,9 @@ class ModelSpec:
     # Gemma 3: five local layers to one global, 5/6).
     sliding_window: int = 0
     sliding_window_fraction: float = 1.0
+    # Dropout probabilities in training (0: none; see the docstring). Megatron-LM's defaults.
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
 
     def __post_init__(self) -> None:
         for field in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length"):
@@ -159,6 +174,11 @@ class ModelSpec:
             raise SpecError("model.mtp_num_layers", f"must be a non-negative integer, got {value!r}")
         if value and self.architecture is not Architecture.DECODER:
             raise SpecError("model.mtp_num_layers", "multi-token prediction needs a decoder (it predicts further next tokens)")
+        for field in ("hidden_dropout", "attention_dropout"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise SpecError(f"model.{field}", f"must be a probability at least 0 and below 1, got {value!r}")
+            object.__setattr__(self, field, float(value))
 
     def _check_latent_attention(self) -> None:
         """MLA's fields: non-negative; with kv_lora_rank > 0 the head widths are required, without

@@ -500,6 +500,15 @@ class TrainingSpec:
     # ``x.float()``, a 4-byte copy of each gradient's partition, and ``get_grad_norm_direct`` takes
     # the norm of ``g.data.double()``, an 8-byte one; solver.cost.stage.step_phases).
     zero_step_norm_copies: bool = False
+    # Whether the two hidden dropouts of a layer keep their 1-byte masks for backward even where
+    # the model trains without hidden dropout (``ModelSpec.hidden_dropout`` 0). Eager dropout and
+    # torch.compile's keep none at p = 0 (ATen's ``_dropout_impl`` returns its input; the dropout
+    # decomposition copies it), but a TorchScript bias-dropout-add (Megatron-LM's and
+    # Megatron-DeepSpeed's ``@torch.jit.script bias_dropout_add_fused_train``) runs TorchScript's
+    # autodiff formula for dropout (torch/csrc/jit/runtime/symbolic_script.cpp), which draws
+    # ``mask = rand_like(input) < 1 - p`` and keeps it with no p == 0 shortcut
+    # (solver.cost.analytic.hidden_mask_bytes).
+    jit_dropout_masks: bool = False
 
     def __post_init__(self) -> None:
         check_positive_int("training.global_batch_size", self.global_batch_size)
