@@ -190,6 +190,9 @@ def _model_for(record: dict, settings: dict) -> ModelSpec | None:
         seq_length=shape["seq_len"],
         ffn_hidden_size=shape.get("ffn_hidden"),
         architecture=Architecture(settings.get("architecture", "decoder")),
+        # Dropout probabilities where the source's settings state them (run_inputs.json
+        # ``model_shape``); otherwise ModelSpec's defaults, Megatron-LM's 0.1.
+        **{key: shape[key] for key in ("hidden_dropout", "attention_dropout") if shape.get(key) is not None},
     )
 
 

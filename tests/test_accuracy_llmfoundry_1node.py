@@ -66,3 +66,18 @@ def test_every_row_is_evaluated_on_its_node():
     assert shape["params_b"] == pytest.approx(2.81436672)
     model = _model_for(sample[0], record_settings(sample[0], inputs))
     assert total_parameter_count(model) == 2_814_366_720
+
+
+def test_mpt_trains_without_dropout_and_every_row_that_ran_fits():
+    """MPT's configs set no dropout (MPTConfig's resid_pdrop, emb_pdrop and attn_pdrop default 0.0),
+    and its dropouts are eager nn.Dropout modules, which keep no mask at p = 0: with the masks
+    charged, eight rows that ran (MPT-3B at 8K tokens, micro-batch 3, on 80 GB; MPT-760M on 40 GB)
+    were called infeasible."""
+    inputs = load_inputs()
+    records = llmfoundry.load_records()
+    for record in records:
+        model = _model_for(record, record_settings(record, inputs))
+        assert (model.hidden_dropout, model.attention_dropout) == (0.0, 0.0), record["id"]
+    results = [evaluate_record(record, inputs) for record in records]
+    assert [r.run_id for r in results if "INFEASIBLE" in r.filled] == []
+    assert all(r.predicted and r.predicted > 0 for r in results)
