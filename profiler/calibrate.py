@@ -8,7 +8,7 @@ a CPU):
   than any cache (3 bytes moved per byte of output element... read a, read b, write c).
 
 Then fits the knobs of ``solver.cost.compute``'s GEMM model (``gemm_time_s``: roofline of
-``peak x gemm_efficiency x prod(d / (d + gemm_saturation_dim))`` against HBM at
+``peak x gemm_efficiency x wave quantisation x k / (k + gemm_saturation_dim)`` against HBM at
 ``hbm_efficiency``, plus a launch latency) to the measured GEMM times by a grid search on
 (gemm_efficiency, gemm_saturation_dim) minimising the squared log error, so the catalog numbers
 reproduce these measurements through the same formula the planner uses.
