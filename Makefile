@@ -48,6 +48,7 @@ bench: install
 	$(BIN)/python bench/vtrain_single.py
 	$(BIN)/python bench/microbatch_split.py
 	$(BIN)/python bench/step_shares.py
+	$(BIN)/python bench/gemm_shapes.py
 	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/plan_quality.py
