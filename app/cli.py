@@ -2,7 +2,7 @@
 and catalog questions without a server (the same JSON in and out as the API), and export a
 stored plan as a framework's launch config.
 
-The profiler's commands (``profile``, ``compare-profile``, ``calibrate``, ``import-pipedream``)
+The profiler's commands (``profile``, ``compare-profile``, ``calibrate``, ``gemm-shapes``, ``import-pipedream``)
 are added by ``profiler.commands.register``; their parsers set ``handler=callable(args) -> exit code``
 with ``set_defaults`` (torch is imported only when one of them runs). Each command imports the
 service modules it needs (database, solver pool, uvicorn) when it runs, so a command that needs

@@ -238,6 +238,36 @@ def run_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_gemm_shapes(args: argparse.Namespace) -> int:
+    """Handler of ``partitura gemm-shapes``; prints the table, returns the exit status."""
+    try:
+        torch_module = _torch(args.threads)
+        from profiler.gemm_shapes import layer_gemm_shapes, mamf_shapes, time_gemms, timings_document, timings_table
+
+        model = load_model(args.model)
+        device = _default_device(torch_module, args.device)
+        if args.gpu is None and not device.startswith("cuda"):
+            raise SpecError("gpu", "a CPU has no catalog entry: pass --gpu to price the GEMMs as that GPU")
+        gpu = _calibration_gpu(argparse.Namespace(gpu=args.gpu, peak_tflops=None, hbm_gbytes_per_s=None), torch_module, device)
+        precision = Precision(args.precision)
+        seq_length = args.seq_length or model.seq_length
+        tokens = args.micro_batch_size * seq_length
+        shapes = layer_gemm_shapes(model, args.tp_size, tokens) + mamf_shapes(gpu.name, precision)
+        timings = time_gemms(shapes, gpu, precision, device, args.warmup, args.repeats)
+    except SpecError as err:
+        print(f"error: {err.field}: {err.reason}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(timings_table(timings))
+    if args.output:
+        context = {
+            "model": model.name, "gpu": gpu.name, "device": device, "precision": precision.value,
+            "tp_size": args.tp_size, "micro_batch_size": args.micro_batch_size, "seq_length": seq_length,
+            "warmup": args.warmup, "repeats": args.repeats,
+        }
+        _write(timings_document(timings, context), args.output)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry point: ``python -m profiler profile|calibrate ...``."""
     parser = argparse.ArgumentParser(prog="partitura")

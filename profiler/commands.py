@@ -1,5 +1,5 @@
 """The profiler's sub-commands of ``partitura`` (``profile``, ``compare-profile``, ``calibrate``,
-``import-pipedream``) as argparse declarations. Each sets ``handler`` to a callable that imports
+``gemm-shapes``, ``import-pipedream``) as argparse declarations. Each sets ``handler`` to a callable that imports
 ``profiler.cli`` and calls its handler of the same name when the command runs: declaring the
 commands loads nothing, so ``partitura plan`` does not pay for the profiler's imports."""
 
@@ -74,6 +74,25 @@ def register(subparsers: Any) -> None:
     calibrate.add_argument("--threads", type=int, default=None, help="CPU threads for torch (CPU runs)")
     calibrate.add_argument("--output", "-o", default=None, help="file to write (default: standard output)")
     calibrate.set_defaults(handler=_handler("run_calibrate"))
+
+    shapes = subparsers.add_parser(
+        "gemm-shapes", help="time a layer's GEMMs at a training configuration beside the cost model's times",
+        description="Time the forward, input-gradient and weight-gradient GEMMs of one transformer layer's four "
+        "linear layers on one TP rank (and the catalog GPU's maximum-achievable-matmul best shape) and print "
+        "each beside the time the cost model charges for it.",
+    )
+    shapes.add_argument("--model", required=True, help="catalog model name, or a JSON file with a model spec")
+    shapes.add_argument("--tp-size", type=int, default=1, help="one GPU's share of a TP group of this size")
+    shapes.add_argument("--micro-batch-size", type=int, default=1)
+    shapes.add_argument("--seq-length", type=int, default=None, help="default: the model's sequence length")
+    shapes.add_argument("--gpu", default=None, help="catalog GPU to price as (default: matched from the device name)")
+    shapes.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda when available)")
+    shapes.add_argument("--precision", default="bf16", choices=["bf16", "fp16"])
+    shapes.add_argument("--warmup", type=int, default=3)
+    shapes.add_argument("--repeats", type=int, default=10)
+    shapes.add_argument("--threads", type=int, default=None, help="CPU threads for torch (CPU runs)")
+    shapes.add_argument("--output", "-o", default=None, help="also write the timings as JSON to this file")
+    shapes.set_defaults(handler=_handler("run_gemm_shapes"))
 
     pipedream = subparsers.add_parser(
         "import-pipedream", help="convert a PipeDream profiler graph.txt into a profile document",

@@ -94,7 +94,7 @@ def test_bad_settings_are_reported(tmp_path):
 
 
 def test_the_profiler_commands_are_registered_and_answer_with_their_handler(monkeypatch):
-    for command in ("profile", "compare-profile", "calibrate", "import-pipedream"):
+    for command in ("profile", "compare-profile", "calibrate", "gemm-shapes", "import-pipedream"):
         assert command in cli.build_parser().format_help()
     monkeypatch.setattr(profiler_cli, "run_compare", lambda args: 40 + len(args.cluster))
     assert run(["compare-profile", "measured.json", "--cluster", "ab"])[0] == 42
