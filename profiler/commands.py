@@ -87,7 +87,7 @@ def register(subparsers: Any) -> None:
     shapes.add_argument("--seq-length", type=int, default=None, help="default: the model's sequence length")
     shapes.add_argument("--gpu", default=None, help="catalog GPU to price as (default: matched from the device name)")
     shapes.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda when available)")
-    shapes.add_argument("--precision", default="bf16", choices=["bf16", "fp16"])
+    shapes.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp8"], help="fp8: torch._scaled_mm, E4M3, per-tensor scales")
     shapes.add_argument("--warmup", type=int, default=3)
     shapes.add_argument("--repeats", type=int, default=10)
     shapes.add_argument("--threads", type=int, default=None, help="CPU threads for torch (CPU runs)")

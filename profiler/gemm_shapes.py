@@ -95,25 +95,43 @@ def mamf_shapes(gpu_name: str, precision: Precision, path: Path = MAMF_SHAPES_PA
     return found
 
 
+# FP8 GEMMs go through torch._scaled_mm with per-tensor scales, as Transformer Engine's delayed and
+# current-scaling recipes run them through cuBLASLt: E4M3 operands, a column-major second operand,
+# a 16-bit output, every dimension a multiple of 16 (cuBLASLt's FP8 requirement).
+FP8_ALIGNMENT = 16
+
+
+def _gemm(torch, shape: GemmShape, precision: Precision, device, generator):
+    """A callable running ``shape``'s (m x k) @ (k x n) GEMM in ``precision`` on ``device``."""
+    if precision is Precision.FP8:
+        if any(d % FP8_ALIGNMENT for d in (shape.m, shape.n, shape.k)):
+            raise SpecError("shape", f"FP8 GEMMs need every dimension a multiple of {FP8_ALIGNMENT}, got {shape.name} {shape.m} x {shape.n} x {shape.k}")
+        a = torch.randn(shape.m, shape.k, generator=generator).to(device=device, dtype=torch.float8_e4m3fn)
+        b = torch.randn(shape.n, shape.k, generator=generator).to(device=device, dtype=torch.float8_e4m3fn).t()
+        scale = torch.ones((), dtype=torch.float32, device=device)
+        return functools.partial(torch._scaled_mm, a, b, scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16)
+    if precision not in DTYPES:
+        raise SpecError("precision", f"{precision.value} GEMMs are not timed here (bf16, fp16 and fp8 are)")
+    a = torch.randn(shape.m, shape.k, generator=generator).to(device=device, dtype=DTYPES[precision])
+    b = torch.randn(shape.k, shape.n, generator=generator).to(device=device, dtype=DTYPES[precision])
+    return functools.partial(torch.matmul, a, b)
+
+
 def time_gemms(shapes: list[GemmShape], gpu: GpuSpec, precision: Precision, device: str, warmup: int, repeats: int) -> list[GemmTiming]:
     """Each shape's median time on ``device`` beside the cost model's time for what it prices."""
     import torch
 
-    if precision not in DTYPES:
-        raise SpecError("precision", f"{precision.value} GEMMs are not timed by plain PyTorch here")
     if not gpu.supports(precision):
         raise SpecError("precision", f"{gpu.name} has no {precision.value} peak to price against")
     torch_device = torch.device(device)
     if torch_device.type == "cuda" and not torch.cuda.is_available():
         raise SpecError("device", "CUDA was asked for but torch.cuda.is_available() is False")
-    dtype = DTYPES[precision]
     generator = torch.Generator(device="cpu").manual_seed(0)
     timings = []
     for shape in shapes:
-        a = torch.randn(shape.m, shape.k, generator=generator).to(device=torch_device, dtype=dtype)
-        b = torch.randn(shape.k, shape.n, generator=generator).to(device=torch_device, dtype=dtype)
-        measured = _time(functools.partial(torch.matmul, a, b), torch_device, warmup, repeats)
-        del a, b
+        work = _gemm(torch, shape, precision, torch_device, generator)
+        measured = _time(work, torch_device, warmup, repeats)
+        del work
         timings.append(GemmTiming(shape.name, shape.m, shape.n, shape.k, measured, gemm_time_s(gpu, precision, *shape.priced)))
     return timings
 

@@ -87,3 +87,19 @@ def test_the_command_names_what_is_wrong(capsys):
     assert "gpu: a CPU has no catalog entry" in capsys.readouterr().err
     assert main(["gemm-shapes", "--model", "no-such-model", "--gpu", "h100-sxm5-80gb", "--device", "cpu"]) == 2
     assert "model: unknown model" in capsys.readouterr().err
+
+
+def test_fp8_gemms_run_through_scaled_mm_with_aligned_shapes():
+    """FP8: torch._scaled_mm on E4M3 operands (the second column-major), priced at the GPU's FP8
+    peak and one byte per operand element; cuBLASLt needs every dimension a multiple of 16."""
+    gpu = catalog.get_gpu("h100-sxm5-80gb")
+    shapes = layer_gemm_shapes(TINY, 1, 32)  # hidden 64, FFN 256: every dimension a multiple of 16
+    timings = time_gemms(shapes, gpu, Precision.FP8, "cpu", warmup=0, repeats=1)
+    assert all(t.measured_s > 0 for t in timings)
+    assert [t.model_s for t in timings] == [gemm_time_s(gpu, Precision.FP8, *s.priced) for s in shapes]
+    with pytest.raises(SpecError) as error:
+        time_gemms([GemmShape("odd", 16, 24, 32, (16, 24, 32))], gpu, Precision.FP8, "cpu", warmup=0, repeats=1)
+    assert error.value.field == "shape" and "multiple of 16" in error.value.reason
+    with pytest.raises(SpecError) as error:
+        time_gemms(shapes, catalog.get_gpu("v100-sxm2-32gb"), Precision.FP8, "cpu", warmup=0, repeats=1)
+    assert error.value.field == "precision"
