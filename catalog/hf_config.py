@@ -138,10 +138,7 @@ class _Reader:
         self.keys[field] = key
 
     def probability(self, key: str, default: float) -> float:
-        value = self.raw(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-            raise SpecError(self.where(key), f"must be a probability in [0, 1), got {_shown(value)}")
-        return float(value)
+        return _probability(self.where(key), self.raw(key, default))
 
     def dropout(self, hidden_key: str | None, attention_key: str) -> None:
         """Dropout probabilities; a model type without a residual dropout (``hidden_key`` None:
@@ -159,6 +156,13 @@ class _Reader:
 SHAPE_KEYS = (("num_layers", "num_hidden_layers"), ("hidden_size", "hidden_size"),
               ("num_attention_heads", "num_attention_heads"), ("ffn_hidden_size", "intermediate_size"),
               ("vocab_size", "vocab_size"), ("seq_length", "max_position_embeddings"))
+
+
+def _probability(where: str, value: Any) -> float:
+    """``value`` as a dropout probability in [0, 1); SpecError naming ``where`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise SpecError(where, f"must be a probability in [0, 1), got {_shown(value)}")
+    return float(value)
 
 
 def _decoder(r: _Reader, *, gated: bool = True, tied_default: bool = False, act_key: str = "hidden_act",
@@ -467,11 +471,9 @@ def _mpt(r: _Reader) -> None:
     if not isinstance(attn, Mapping):
         raise SpecError(r.where("attn_config"), f"must be an object, got {_shown(attn)}")
     alibi = attn.get("alibi", False) is True
-    r.dropout("resid_pdrop", "attn_pdrop")
-    attn_pdrop = attn.get("attn_pdrop", 0.0)
-    if isinstance(attn_pdrop, bool) or not isinstance(attn_pdrop, (int, float)) or not 0 <= attn_pdrop < 1:
-        raise SpecError(r.where("attn_config.attn_pdrop"), f"must be a probability in [0, 1), got {_shown(attn_pdrop)}")
-    r.set("attention_dropout", "attn_config", float(attn_pdrop))  # MPTConfig keeps it in attn_config
+    r.set("hidden_dropout", "resid_pdrop", r.probability("resid_pdrop", 0.0))
+    # MPTConfig keeps the attention dropout in attn_config.
+    r.set("attention_dropout", "attn_config", _probability(r.where("attn_config.attn_pdrop"), attn.get("attn_pdrop", 0.0)))
     learned = r.flag("learned_pos_emb", True) and not alibi  # MPTConfig turns the table off under ALiBi
     r.fields.update(mlp_activation="gelu", tied_embeddings=True, architecture="decoder",
                     position_embedding="learned" if learned else "none")
