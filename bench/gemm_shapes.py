@@ -16,7 +16,6 @@ measures, it changes nothing (docs/wip/README.md, session 28, keeps what it show
 from __future__ import annotations
 
 import json
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import catalog  # noqa: E402
-from solver.cost.compute import TILE_M, TILE_N, gemm_efficiency  # noqa: E402
+from solver.cost.compute import gemm_efficiency, shape_factors  # noqa: E402
 from solver.spec.training import Precision  # noqa: E402
 
 DATA_PATH = Path(__file__).parent / "data" / "mamf_best_shapes.json"
@@ -54,17 +53,11 @@ def load_rows(path: Path = DATA_PATH) -> list[dict]:
     return list(json.loads(path.read_text(encoding="utf-8"))["rows"])
 
 
-def shape_factors(num_sms: int, saturation_dim: float, m: int, n: int, k: int) -> tuple[float, float]:
-    """(wave quantisation, short-k factor) of one m x n x k GEMM, as ``gemm_efficiency`` takes them."""
-    waves = math.ceil(m / TILE_M) * math.ceil(n / TILE_N) / num_sms
-    return waves / math.ceil(waves), k / (k + saturation_dim)
-
-
 def check(row: dict) -> ShapeCheck:
     gpu = catalog.get_gpu(row["gpu"])
     precision = Precision(row["precision"])
     m, n, k = row["best_shape"]
-    wave, k_factor = shape_factors(gpu.num_sms, gpu.gemm_saturation_dim, m, n, k)
+    wave, k_factor = shape_factors(gpu, m, n, k)
     return ShapeCheck(
         gpu=row["gpu"],
         precision=precision,

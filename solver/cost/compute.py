@@ -44,12 +44,17 @@ def bytes_per_element(precision: Precision) -> float:
 TILE_M, TILE_N = 256, 128  # output tile of large cuBLAS fp16/bf16 kernels (NVIDIA GEMM guide)
 
 
-def gemm_efficiency(gpu: GpuSpec, precision: Precision, m: float, n: float, k: float, batch: float = 1.0) -> float:
-    """Fraction of dense peak reached by ``batch`` (m x k) @ (k x n) GEMMs (see module docstring)."""
+def shape_factors(gpu: GpuSpec, m: float, n: float, k: float, batch: float = 1.0) -> tuple[float, float]:
+    """(wave quantisation, short-k factor) of ``batch`` (m x k) @ (k x n) GEMMs on ``gpu``: the
+    share of the last wave's SMs that have a tile, and k / (k + ``gemm_saturation_dim``)."""
     tiles = math.ceil(m / TILE_M) * math.ceil(n / TILE_N) * batch
     waves = tiles / gpu.num_sms
-    wave_efficiency = waves / math.ceil(waves)
-    k_efficiency = k / (k + gpu.gemm_saturation_dim)
+    return waves / math.ceil(waves), k / (k + gpu.gemm_saturation_dim)
+
+
+def gemm_efficiency(gpu: GpuSpec, precision: Precision, m: float, n: float, k: float, batch: float = 1.0) -> float:
+    """Fraction of dense peak reached by ``batch`` (m x k) @ (k x n) GEMMs (see module docstring)."""
+    wave_efficiency, k_efficiency = shape_factors(gpu, m, n, k, batch)
     return gpu.efficiency(precision) * wave_efficiency * k_efficiency
 
 
