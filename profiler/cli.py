@@ -209,10 +209,15 @@ def _calibration_gpu(args: argparse.Namespace, torch_module, device: str):
             hbm_bytes_per_s=args.hbm_gbytes_per_s * 1e9,
             gemm_efficiency={p: 1.0 for p in precisions},
         )
-    name = args.gpu
+    return _catalog_gpu(args.gpu, torch_module, device, "pass --peak-tflops and --hbm-gbytes-per-s")
+
+
+def _catalog_gpu(name: str | None, torch_module, device: str, cpu_hint: str) -> GpuSpec:
+    """The catalog GPU ``name``, or the one matched from the CUDA device's name; on a CPU, which
+    has no entry, SpecError with ``cpu_hint`` (what the command takes instead)."""
     if name is None:
         if not device.startswith("cuda"):
-            raise SpecError("gpu", "a CPU has no catalog entry: pass --peak-tflops and --hbm-gbytes-per-s")
+            raise SpecError("gpu", f"a CPU has no catalog entry: {cpu_hint}")
         properties = torch_module.cuda.get_device_properties(device)
         name = match_catalog_gpu(properties.name, properties.total_memory / 2**30)
     try:
@@ -246,9 +251,7 @@ def run_gemm_shapes(args: argparse.Namespace) -> int:
 
         model = load_model(args.model)
         device = _default_device(torch_module, args.device)
-        if args.gpu is None and not device.startswith("cuda"):
-            raise SpecError("gpu", "a CPU has no catalog entry: pass --gpu to price the GEMMs as that GPU")
-        gpu = _calibration_gpu(argparse.Namespace(gpu=args.gpu, peak_tflops=None, hbm_gbytes_per_s=None), torch_module, device)
+        gpu = _catalog_gpu(args.gpu, torch_module, device, "pass --gpu to price the GEMMs as that GPU")
         precision = Precision(args.precision)
         seq_length = args.seq_length or model.seq_length
         tokens = args.micro_batch_size * seq_length
