@@ -4,12 +4,17 @@ document never quotes back more than a clipped piece of what it was sent."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import json
+import socket
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
 from app.core.config import DEFAULT_MAX_BODY_BYTES
+from app.core.limits import DRAIN_MAX_BYTES, drain
 from app.profiles.schemas import PROFILE_EXAMPLE
 from conftest import assert_problem, error_fields, unique_name
 
@@ -26,6 +31,81 @@ def test_a_body_over_the_limit_is_a_413_problem(api):
     problem = assert_problem(response, 413)
     assert problem["title"] == "Request body too large" and str(DEFAULT_MAX_BODY_BYTES) in problem["detail"]
     assert len(response.content) < PROBLEM_MAX_BYTES
+
+
+def _connect(live_server) -> socket.socket:
+    address = urlsplit(live_server.base_url)
+    connection = socket.create_connection((address.hostname, address.port), timeout=60)
+    return connection
+
+
+def _read_response(connection: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response with a Content-Length, read off a raw socket."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = connection.recv(65536)
+        assert chunk, f"the server closed the connection before answering: {data!r}"
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {name.strip().lower(): value.strip() for name, value in (line.split(":", 1) for line in lines)}
+    while len(body) < int(headers["content-length"]):
+        chunk = connection.recv(65536)
+        assert chunk, "the server closed the connection inside its answer"
+        body += chunk
+    return int(status_line.split()[1]), headers, body
+
+
+def _post_head(length: int) -> bytes:
+    return (f"POST /v1/evaluations HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {length}\r\n\r\n").encode()
+
+
+def test_a_refused_body_is_read_through_so_its_sender_gets_the_413(live_server):
+    """A body over the limit (within the drain bound) is read and dropped before the 413 (RFC 9112
+    Sec. 9.6: closing with the body unread resets the connection, and the client loses the answer),
+    and the connection then carries the next request."""
+    body = json.dumps({"model": "gpt3-350m", "filler": "x" * (DEFAULT_MAX_BODY_BYTES + 2**20)}).encode()
+    with _connect(live_server) as connection:
+        connection.sendall(_post_head(len(body)) + body)
+        status, headers, answer = _read_response(connection)
+        assert status == 413 and headers["content-type"].startswith("application/problem+json")
+        assert json.loads(answer)["title"] == "Request body too large"
+        assert headers.get("connection") != "close"
+        connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+        status, _, answer = _read_response(connection)
+        assert status == 200 and json.loads(answer)["status"] == "ok"
+
+
+def test_a_body_beyond_the_drain_bound_is_refused_at_once(live_server):
+    """A length past the limit and the drain bound is answered before any of the body arrives, and
+    the connection is closed: nothing of it is read."""
+    with _connect(live_server) as connection:
+        connection.sendall(_post_head(DEFAULT_MAX_BODY_BYTES + DRAIN_MAX_BYTES + 1))
+        status, headers, answer = _read_response(connection)
+        assert status == 413 and headers["connection"] == "close"
+        assert str(DEFAULT_MAX_BODY_BYTES) in json.loads(answer)["detail"]
+
+
+def _receiver(messages: list[dict], then_wait: bool = False):
+    async def receive() -> dict:
+        if messages:
+            return messages.pop(0)
+        if then_wait:
+            await asyncio.Event().wait()
+        return {"type": "http.disconnect"}
+    return receive
+
+
+@pytest.mark.parametrize("messages, max_bytes, then_wait, read_through", [
+    ([{"type": "http.request", "body": b"a" * 10, "more_body": True}, {"type": "http.request", "body": b"b"}], 100, False, True),
+    ([{"type": "http.request", "body": b"a" * 10, "more_body": True}] * 3, 15, False, False),  # past the bound
+    ([{"type": "http.request", "body": b"a", "more_body": True}], 100, False, False),  # the client left
+    ([{"type": "http.request", "body": b"a", "more_body": True}], 100, True, False),  # the client stalls
+])
+def test_drain_reads_a_body_to_its_end_or_gives_up(messages, max_bytes, then_wait, read_through):
+    receive = _receiver(list(messages), then_wait)
+    assert asyncio.run(drain(receive, max_bytes=max_bytes, max_s=0.2)) is read_through
 
 
 def test_a_body_sent_without_a_length_is_cut_off_at_the_limit(live_server):

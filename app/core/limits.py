@@ -1,9 +1,20 @@
 """Bounded input: a request body larger than the service takes (``Settings.max_body_bytes``) is
-answered 413 before it is read whole, so a huge value cannot fill the server's memory. (What a
-problem document quotes back is clipped in ``app.core.problems``.)"""
+answered 413 without being kept, so a huge value cannot fill the server's memory. (What a problem
+document quotes back is clipped in ``app.core.problems``.)
+
+The refused body is read and dropped before the answer, up to ``DRAIN_MAX_BYTES`` more and for at
+most ``DRAIN_MAX_S``. A server that closes a connection while the client is still sending makes the
+client's kernel receive a TCP reset, which discards the answer before the client reads it: the
+client sees "connection reset by peer" instead of the 413 (RFC 9112 Sec. 9.6, "the TCP reset
+problem"; nginx's ``lingering_close`` reads on for the same reason, up to ``lingering_time``, 30 s
+by default). uvicorn closes the transport as soon as a ``connection: close`` answer is sent, and
+hands the application no more of the body after it, so the reading has to come first. A body read
+to its end leaves the connection usable for the next request; one larger than the bound is answered
+at once, with the connection closed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -30,10 +41,37 @@ async def send_problem(scope: Scope, send: Send, problem: Problem, close: bool =
     await send({"type": "http.response.body", "body": body})
 
 
+# How much of a refused body is read and dropped so that its sender gets the 413 (module docstring).
+DRAIN_MAX_BYTES = 64 * 2**20
+DRAIN_MAX_S = 10.0
+
+
+async def drain(receive: Receive, max_bytes: int = DRAIN_MAX_BYTES, max_s: float = DRAIN_MAX_S) -> bool:
+    """Read and drop the rest of a request body, up to ``max_bytes`` and ``max_s``; True when its
+    end was reached (the connection can carry another request), False when the bound, the time or
+    the client's disconnect came first."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_s
+    dropped = 0
+    while dropped <= max_bytes:
+        try:
+            message = await asyncio.wait_for(receive(), timeout=max(deadline - loop.time(), 0.0))
+        except TimeoutError:
+            return False
+        if message["type"] != "http.request":
+            return False
+        dropped += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return True
+    return False
+
+
 class BodyLimitMiddleware:
     """Answer 413 when ``Content-Length`` says the body is over ``max_body_bytes``; a body sent
     without a length (chunked) is read first, up to the limit, and answered 413 once it passes it
-    (the framework would otherwise swallow an error raised while it parses the body)."""
+    (the framework would otherwise swallow an error raised while it parses the body). Either way
+    the rest of the body is dropped unread into memory first, where it is within the drain bound
+    (module docstring)."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
         self.app = app
@@ -46,7 +84,8 @@ class BodyLimitMiddleware:
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None:
             if declared.isdigit() and int(declared) > self.max_body_bytes:
-                await self._refuse(scope, send)
+                drained = int(declared) <= self.max_body_bytes + DRAIN_MAX_BYTES and await drain(receive)
+                await self._refuse(scope, send, drained)
                 return
             await self.app(scope, receive, send)  # the server holds the body to its length
             return
@@ -59,7 +98,8 @@ class BodyLimitMiddleware:
                 break
             size += len(message.get("body", b""))
             if size > self.max_body_bytes:
-                await self._refuse(scope, send)
+                drained = not message.get("more_body", False) or await drain(receive)
+                await self._refuse(scope, send, drained)
                 return
             if not message.get("more_body", False):
                 break
@@ -69,8 +109,9 @@ class BodyLimitMiddleware:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, scope: Scope, send: Send) -> None:
-        await send_problem(scope, send, too_large(self.max_body_bytes), close=True)
+    async def _refuse(self, scope: Scope, send: Send, drained: bool) -> None:
+        """The 413; the connection closes unless the whole body was read (``drained``)."""
+        await send_problem(scope, send, too_large(self.max_body_bytes), close=not drained)
 
 
 BODY_METHODS = {"POST", "PUT", "PATCH"}
