@@ -87,6 +87,16 @@ def test_a_body_beyond_the_drain_bound_is_refused_at_once(live_server):
         assert str(DEFAULT_MAX_BODY_BYTES) in json.loads(answer)["detail"]
 
 
+def test_a_client_that_waits_to_send_gets_the_413_instead_of_100_continue(live_server):
+    """With ``Expect: 100-continue`` (curl sends it for bodies over 1 MB) the body is not asked for:
+    the answer is the 413 at once, and the connection is closed."""
+    head = _post_head(DEFAULT_MAX_BODY_BYTES + 1).replace(b"\r\n\r\n", b"\r\nExpect: 100-continue\r\n\r\n")
+    with _connect(live_server) as connection:
+        connection.sendall(head)
+        status, headers, _ = _read_response(connection)
+        assert status == 413 and headers["connection"] == "close"
+
+
 def _receiver(messages: list[dict], then_wait: bool = False):
     async def receive() -> dict:
         if messages:
