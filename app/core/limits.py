@@ -70,7 +70,7 @@ class BodyLimitMiddleware:
     """Answer 413 when ``Content-Length`` says the body is over ``max_body_bytes``; a body sent
     without a length (chunked) is read first, up to the limit, and answered 413 once it passes it
     (the framework would otherwise swallow an error raised while it parses the body). Either way
-    the rest of the body is dropped unread into memory first, where it is within the drain bound
+    the rest of the body, where it is within the drain bound, is read and dropped before the answer
     (module docstring)."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
