@@ -35,8 +35,7 @@ def test_a_body_over_the_limit_is_a_413_problem(api):
 
 def _connect(live_server) -> socket.socket:
     address = urlsplit(live_server.base_url)
-    connection = socket.create_connection((address.hostname, address.port), timeout=60)
-    return connection
+    return socket.create_connection((address.hostname, address.port), timeout=60)
 
 
 def _read_response(connection: socket.socket) -> tuple[int, dict[str, str], bytes]:

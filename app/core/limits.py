@@ -84,11 +84,12 @@ class BodyLimitMiddleware:
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length")
         if declared is not None:
-            if declared.isdigit() and int(declared) > self.max_body_bytes:
+            length = int(declared) if declared.isdigit() else None
+            if length is not None and length > self.max_body_bytes:
                 # A client that waits for "100 Continue" before sending gets the 413 instead and sends
                 # nothing (RFC 9110 Sec. 10.1.1; uvicorn says 100 only when the body is first read).
                 waits = headers.get(b"expect", b"").lower() == b"100-continue"
-                fits_drain = int(declared) <= self.max_body_bytes + DRAIN_MAX_BYTES
+                fits_drain = length <= self.max_body_bytes + DRAIN_MAX_BYTES
                 drained = not waits and fits_drain and await drain(receive)
                 await self._refuse(scope, send, drained)
                 return
