@@ -71,6 +71,7 @@ from typing import Any
 
 from catalog.conversion import model_spec_from_dict
 from solver.spec.errors import SpecError
+from solver.spec.model import is_probability
 
 _ABSENT = object()
 SHOWN_MAX_CHARS = 80  # a value quoted back in an error, cut to this many characters
@@ -160,7 +161,7 @@ SHAPE_KEYS = (("num_layers", "num_hidden_layers"), ("hidden_size", "hidden_size"
 
 def _probability(where: str, value: Any) -> float:
     """``value`` as a dropout probability in [0, 1); SpecError naming ``where`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+    if not is_probability(value):
         raise SpecError(where, f"must be a probability in [0, 1), got {_shown(value)}")
     return float(value)
 

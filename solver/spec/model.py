@@ -8,6 +8,11 @@ from enum import Enum
 from solver.spec.errors import SpecError, check_positive_int
 
 
+def is_probability(value: object) -> bool:
+    """A dropout probability: a number (not a bool) at least 0 and below 1."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value < 1
+
+
 class MlpActivation(str, Enum):
     """The MLP's activation, and with it the layer style the cost model counts (``ModelSpec.linear_biases``,
     ``ModelSpec.norm_biases``)."""
@@ -176,7 +181,7 @@ class ModelSpec:
             raise SpecError("model.mtp_num_layers", "multi-token prediction needs a decoder (it predicts further next tokens)")
         for field in ("hidden_dropout", "attention_dropout"):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            if not is_probability(value):
                 raise SpecError(f"model.{field}", f"must be a probability at least 0 and below 1, got {value!r}")
             object.__setattr__(self, field, float(value))
 
